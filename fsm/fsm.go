@@ -1,0 +1,353 @@
+package fsm
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock"
+)
+
+// DefaultDedupeWindow is how long request ids and expired lease ids are
+// remembered, measured in command time (Command.Now).
+const DefaultDedupeWindow = 10 * time.Minute
+
+// Holder is the current grant of a lock.
+type Holder struct {
+	Token     fencelock.Token   `json:"token"`
+	LeaseID   fencelock.LeaseID `json:"lease"`
+	Holder    string            `json:"holder,omitempty"`
+	TTL       int64             `json:"ttl"` // nanoseconds
+	RequestID string            `json:"rid,omitempty"`
+	GrantedAt int64             `json:"at"` // Command.Now of the granting entry
+}
+
+// Waiter is a queued Acquire.
+type Waiter struct {
+	RequestID string            `json:"rid"`
+	LeaseID   fencelock.LeaseID `json:"lease"`
+	Holder    string            `json:"holder,omitempty"`
+	TTL       int64             `json:"ttl"`
+	QueuedAt  int64             `json:"at"`
+}
+
+// Lock is one entry of the lock table. A lock with no holder and no waiters
+// has no entry.
+type Lock struct {
+	Name    fencelock.LockName `json:"name"`
+	Holder  *Holder            `json:"holder,omitempty"`
+	Waiters []Waiter           `json:"waiters,omitempty"`
+}
+
+func (l *Lock) clone() Lock {
+	c := Lock{Name: l.Name, Waiters: append([]Waiter(nil), l.Waiters...)}
+	if l.Holder != nil {
+		h := *l.Holder
+		c.Holder = &h
+	}
+	return c
+}
+
+// Observer learns of grants and ended grants after each applied entry, on
+// every replica, in log order. The server uses it to notify waiters and to
+// arm and disarm lease timers. It must not block for long and must not call
+// back into the FSM's Apply.
+type Observer interface {
+	Granted(name fencelock.LockName, h Holder)
+	Ended(name fencelock.LockName, token fencelock.Token)
+}
+
+// record remembers one request id or one expired lease id.
+type record struct {
+	Key   string             `json:"key"`
+	Name  fencelock.LockName `json:"name"`
+	Token fencelock.Token    `json:"token,omitempty"` // 0 while the request waits
+	Now   int64              `json:"now"`
+}
+
+// FSM is the replicated lock table. Apply, Snapshot and Restore are called by
+// Raft; the read methods may be called concurrently from any goroutine.
+type FSM struct {
+	window int64
+	obs    Observer
+
+	mu       sync.RWMutex
+	locks    map[fencelock.LockName]*Lock
+	requests map[string]*record // request id -> outcome
+	reqOrder []*record
+	expired  map[fencelock.LeaseID]*record // lease id -> the expired grant
+	expOrder []*record
+	applied  uint64
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// New returns an empty FSM that remembers request ids for window (0 means
+// DefaultDedupeWindow) and reports to obs (which may be nil).
+func New(window time.Duration, obs Observer) *FSM {
+	if window <= 0 {
+		window = DefaultDedupeWindow
+	}
+	f := &FSM{window: int64(window), obs: obs}
+	f.reset()
+	return f
+}
+
+func (f *FSM) reset() {
+	f.locks = make(map[fencelock.LockName]*Lock)
+	f.requests = make(map[string]*record)
+	f.reqOrder = nil
+	f.expired = make(map[fencelock.LeaseID]*record)
+	f.expOrder = nil
+}
+
+type event struct {
+	name    fencelock.LockName
+	granted *Holder
+	ended   fencelock.Token
+}
+
+// Apply applies one committed log entry and returns a Result.
+func (f *FSM) Apply(l *raft.Log) any {
+	cmd, err := DecodeCommand(l.Data)
+	if err != nil {
+		return Result{Err: fmt.Errorf("apply entry %d: %v: %w", l.Index, err, fencelock.ErrInvalidArgument)}
+	}
+	f.mu.Lock()
+	var events []event
+	res := f.apply(l.Index, cmd, &events)
+	f.applied = l.Index
+	f.mu.Unlock()
+	if f.obs != nil {
+		for _, e := range events {
+			if e.granted != nil {
+				f.obs.Granted(e.name, *e.granted)
+			} else {
+				f.obs.Ended(e.name, e.ended)
+			}
+		}
+	}
+	return res
+}
+
+func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
+	f.prune(cmd.Now)
+	switch cmd.Op {
+	case OpAcquire:
+		return f.acquire(index, cmd, events)
+	case OpRelease:
+		l := f.locks[cmd.Name]
+		if l == nil || l.Holder == nil || l.Holder.LeaseID != cmd.LeaseID || l.Holder.Token != cmd.Token {
+			return Result{Err: fmt.Errorf("release %q token %d: %w", cmd.Name, cmd.Token, fencelock.ErrNotHolder)}
+		}
+		f.end(index, cmd.Now, l, false, events)
+		return Result{}
+	case OpExpire:
+		l := f.locks[cmd.Name]
+		if l == nil || l.Holder == nil || l.Holder.Token != cmd.Token {
+			return Result{Err: fmt.Errorf("expire %q token %d: %w", cmd.Name, cmd.Token, fencelock.ErrNotHolder)}
+		}
+		f.end(index, cmd.Now, l, true, events)
+		return Result{}
+	case OpCancelWait:
+		return f.cancelWait(index, cmd, events)
+	default:
+		return Result{Err: fmt.Errorf("apply entry %d: unknown op %d: %w", index, cmd.Op, fencelock.ErrInvalidArgument)}
+	}
+}
+
+func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
+	if rec := f.requests[cmd.RequestID]; cmd.RequestID != "" && rec != nil && rec.Name == cmd.Name {
+		l := f.locks[cmd.Name]
+		if rec.Token != 0 {
+			// A retry of a granted request: the same grant, never a second one.
+			if l != nil && l.Holder != nil && l.Holder.Token == rec.Token {
+				h := *l.Holder
+				return Result{Grant: &h}
+			}
+			return Result{Err: fmt.Errorf("acquire %q: request %s was granted token %d, which has ended: %w",
+				cmd.Name, cmd.RequestID, rec.Token, fencelock.ErrNotHolder)}
+		}
+		if l != nil {
+			for _, w := range l.Waiters {
+				if w.RequestID == cmd.RequestID {
+					return Result{Queued: true}
+				}
+			}
+		}
+	}
+	l := f.locks[cmd.Name]
+	if l == nil {
+		l = &Lock{Name: cmd.Name}
+		f.locks[cmd.Name] = l
+	}
+	if l.Holder == nil {
+		h := &Holder{Token: fencelock.Token(index), LeaseID: cmd.LeaseID, Holder: cmd.Holder,
+			TTL: cmd.TTL, RequestID: cmd.RequestID, GrantedAt: cmd.Now}
+		l.Holder = h
+		f.remember(cmd.RequestID, cmd.Name, h.Token, cmd.Now)
+		g := *h
+		*events = append(*events, event{name: cmd.Name, granted: &g})
+		return Result{Grant: &g}
+	}
+	if !cmd.Wait || cmd.RequestID == "" {
+		return Result{Err: &fencelock.LockHeldError{Name: cmd.Name, Holder: l.Holder.Holder, Token: l.Holder.Token}}
+	}
+	l.Waiters = append(l.Waiters, Waiter{RequestID: cmd.RequestID, LeaseID: cmd.LeaseID,
+		Holder: cmd.Holder, TTL: cmd.TTL, QueuedAt: cmd.Now})
+	f.remember(cmd.RequestID, cmd.Name, 0, cmd.Now)
+	return Result{Queued: true}
+}
+
+func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
+	l := f.locks[cmd.Name]
+	if l == nil || cmd.RequestID == "" {
+		return Result{Err: fmt.Errorf("cancel wait on %q: %w", cmd.Name, fencelock.ErrNotFound)}
+	}
+	if rec := f.requests[cmd.RequestID]; rec != nil && rec.Name == cmd.Name {
+		delete(f.requests, cmd.RequestID)
+	}
+	for i, w := range l.Waiters {
+		if w.RequestID == cmd.RequestID {
+			l.Waiters = append(l.Waiters[:i], l.Waiters[i+1:]...)
+			f.dropIfIdle(l)
+			return Result{}
+		}
+	}
+	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID {
+		// Granted after the waiter gave up: nobody will use this grant.
+		f.end(index, cmd.Now, l, false, events)
+		return Result{}
+	}
+	return Result{Err: fmt.Errorf("cancel wait on %q: request %s: %w", cmd.Name, cmd.RequestID, fencelock.ErrNotFound)}
+}
+
+// end ends l's current grant and grants the next waiter, in this entry.
+func (f *FSM) end(index uint64, now int64, l *Lock, expired bool, events *[]event) {
+	old := l.Holder
+	l.Holder = nil
+	*events = append(*events, event{name: l.Name, ended: old.Token})
+	if expired {
+		rec := &record{Key: string(old.LeaseID), Name: l.Name, Token: old.Token, Now: now}
+		f.expired[old.LeaseID] = rec
+		f.expOrder = append(f.expOrder, rec)
+	}
+	if len(l.Waiters) > 0 {
+		w := l.Waiters[0]
+		l.Waiters = l.Waiters[1:]
+		h := &Holder{Token: fencelock.Token(index), LeaseID: w.LeaseID, Holder: w.Holder,
+			TTL: w.TTL, RequestID: w.RequestID, GrantedAt: now}
+		l.Holder = h
+		if rec := f.requests[w.RequestID]; rec != nil && rec.Name == l.Name {
+			rec.Token = h.Token
+		}
+		g := *h
+		*events = append(*events, event{name: l.Name, granted: &g})
+	}
+	f.dropIfIdle(l)
+}
+
+func (f *FSM) dropIfIdle(l *Lock) {
+	if l.Holder == nil && len(l.Waiters) == 0 {
+		delete(f.locks, l.Name)
+	}
+}
+
+func (f *FSM) remember(rid string, name fencelock.LockName, tok fencelock.Token, now int64) {
+	if rid == "" {
+		return
+	}
+	rec := &record{Key: rid, Name: name, Token: tok, Now: now}
+	f.requests[rid] = rec
+	f.reqOrder = append(f.reqOrder, rec)
+}
+
+// prune forgets request ids and expired leases older than the window.
+func (f *FSM) prune(now int64) {
+	cut := now - f.window
+	n := 0
+	for n < len(f.reqOrder) && f.reqOrder[n].Now < cut {
+		rec := f.reqOrder[n]
+		if f.requests[rec.Key] == rec {
+			delete(f.requests, rec.Key)
+		}
+		n++
+	}
+	f.reqOrder = f.reqOrder[n:]
+	n = 0
+	for n < len(f.expOrder) && f.expOrder[n].Now < cut {
+		rec := f.expOrder[n]
+		if f.expired[fencelock.LeaseID(rec.Key)] == rec {
+			delete(f.expired, fencelock.LeaseID(rec.Key))
+		}
+		n++
+	}
+	f.expOrder = f.expOrder[n:]
+}
+
+// Get returns a copy of the named lock's entry.
+func (f *FSM) Get(name fencelock.LockName) (Lock, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	l := f.locks[name]
+	if l == nil {
+		return Lock{}, false
+	}
+	return l.clone(), true
+}
+
+// Expired reports whether the lease id's grant ended by expiry within the
+// dedupe window.
+func (f *FSM) Expired(id fencelock.LeaseID) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	_, ok := f.expired[id]
+	return ok
+}
+
+// List returns up to limit locks whose names start with prefix and sort after
+// after, in name order, and whether more follow.
+func (f *FSM) List(prefix, after string, limit int) ([]Lock, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	names := make([]string, 0, len(f.locks))
+	for n := range f.locks {
+		if s := string(n); strings.HasPrefix(s, prefix) && s > after {
+			names = append(names, s)
+		}
+	}
+	sort.Strings(names)
+	more := len(names) > limit
+	if more {
+		names = names[:limit]
+	}
+	out := make([]Lock, len(names))
+	for i, n := range names {
+		out[i] = f.locks[fencelock.LockName(n)].clone()
+	}
+	return out, more
+}
+
+// Holders returns every lock's current grant, for re-arming lease timers.
+func (f *FSM) Holders() map[fencelock.LockName]Holder {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[fencelock.LockName]Holder, len(f.locks))
+	for n, l := range f.locks {
+		if l.Holder != nil {
+			out[n] = *l.Holder
+		}
+	}
+	return out
+}
+
+// AppliedIndex returns the index of the last applied entry.
+func (f *FSM) AppliedIndex() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.applied
+}

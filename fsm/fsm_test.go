@@ -1,0 +1,271 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock"
+)
+
+// recorder is an Observer that remembers what it was told.
+type recorder struct {
+	granted []string
+	ended   []fencelock.Token
+}
+
+func (r *recorder) Granted(_ fencelock.LockName, h Holder) { r.granted = append(r.granted, h.RequestID) }
+func (r *recorder) Ended(_ fencelock.LockName, t fencelock.Token) {
+	r.ended = append(r.ended, t)
+}
+
+// harness applies commands at increasing log indexes.
+type harness struct {
+	tb    testing.TB
+	f     *FSM
+	obs   *recorder
+	index uint64
+	now   int64
+}
+
+func newHarness(tb testing.TB) *harness {
+	obs := &recorder{}
+	return &harness{tb: tb, f: New(time.Minute, obs), obs: obs, index: 10, now: int64(time.Hour)}
+}
+
+func (h *harness) apply(c Command) Result {
+	h.tb.Helper()
+	h.index++
+	h.now += int64(time.Millisecond)
+	if c.Now == 0 {
+		c.Now = h.now
+	}
+	return h.f.Apply(&raft.Log{Index: h.index, Data: c.Encode()}).(Result)
+}
+
+func acq(name, rid, lease string, wait bool) Command {
+	return Command{Op: OpAcquire, Name: fencelock.LockName(name), RequestID: rid,
+		LeaseID: fencelock.LeaseID(lease), TTL: int64(time.Second), Wait: wait, Holder: "h-" + rid}
+}
+
+func TestFSM_AcquireGrantsAndTryLockRefuses(t *testing.T) {
+	h := newHarness(t)
+	r := h.apply(acq("a", "r1", "L1", false))
+	if r.Err != nil || r.Grant == nil {
+		t.Fatalf("first acquire: got %+v, want a grant", r)
+	}
+	if r.Grant.Token != fencelock.Token(h.index) {
+		t.Errorf("token is %d, want the entry's index %d", r.Grant.Token, h.index)
+	}
+	r2 := h.apply(acq("a", "r2", "L2", false))
+	var held *fencelock.LockHeldError
+	if !errors.As(r2.Err, &held) || !errors.Is(r2.Err, fencelock.ErrLockHeld) {
+		t.Fatalf("try-lock on a held lock: got %v, want LockHeldError", r2.Err)
+	}
+	if held.Token != r.Grant.Token || held.Holder != "h-r1" {
+		t.Errorf("LockHeldError names token %d holder %q, want %d %q", held.Token, held.Holder, r.Grant.Token, "h-r1")
+	}
+	l, _ := h.f.Get("a")
+	if l.Holder.LeaseID != "L1" || len(l.Waiters) != 0 {
+		t.Errorf("lock table changed by a refused try-lock: %+v", l)
+	}
+}
+
+func TestFSM_FIFOQueueGrantedInReleasingEntry(t *testing.T) {
+	h := newHarness(t)
+	first := h.apply(acq("a", "r1", "L1", false)).Grant
+	for _, rid := range []string{"w1", "w2", "w3"} {
+		if r := h.apply(acq("a", rid, "L"+rid, true)); !r.Queued {
+			t.Fatalf("acquire %s with wait: got %+v, want queued", rid, r)
+		}
+	}
+	prev := first.Token
+	lease, tok := fencelock.LeaseID("L1"), first.Token
+	for _, want := range []string{"w1", "w2", "w3"} {
+		if r := h.apply(Command{Op: OpRelease, Name: "a", LeaseID: lease, Token: tok}); r.Err != nil {
+			t.Fatalf("release: %v", r.Err)
+		}
+		l, ok := h.f.Get("a")
+		if !ok || l.Holder == nil {
+			t.Fatalf("after release the next waiter %s holds nothing", want)
+		}
+		if l.Holder.RequestID != want {
+			t.Errorf("granted %s, want %s (FIFO)", l.Holder.RequestID, want)
+		}
+		if l.Holder.Token != fencelock.Token(h.index) || l.Holder.Token <= prev {
+			t.Errorf("waiter token %d: want the releasing entry's index %d, above %d", l.Holder.Token, h.index, prev)
+		}
+		prev, lease, tok = l.Holder.Token, l.Holder.LeaseID, l.Holder.Token
+	}
+	if got, want := h.obs.granted, []string{"r1", "w1", "w2", "w3"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("observer saw grants %v, want %v", got, want)
+	}
+}
+
+func TestFSM_ReleaseChecksLeaseAndToken(t *testing.T) {
+	tests := []struct {
+		name  string
+		lease fencelock.LeaseID
+		token func(fencelock.Token) fencelock.Token
+	}{
+		{"wrong lease", "OTHER", func(t fencelock.Token) fencelock.Token { return t }},
+		{"wrong token", "L1", func(t fencelock.Token) fencelock.Token { return t - 1 }},
+		{"both wrong", "OTHER", func(t fencelock.Token) fencelock.Token { return t + 1 }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			g := h.apply(acq("a", "r1", "L1", false)).Grant
+			r := h.apply(Command{Op: OpRelease, Name: "a", LeaseID: tc.lease, Token: tc.token(g.Token)})
+			if !errors.Is(r.Err, fencelock.ErrNotHolder) {
+				t.Fatalf("release with %s: got %v, want ErrNotHolder", tc.name, r.Err)
+			}
+			if l, ok := h.f.Get("a"); !ok || l.Holder.Token != g.Token {
+				t.Errorf("release with %s changed the holder: %+v", tc.name, l)
+			}
+		})
+	}
+}
+
+func TestFSM_ExpireOnlyCurrentToken(t *testing.T) {
+	h := newHarness(t)
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	if r := h.apply(Command{Op: OpExpire, Name: "a", Token: g.Token - 1}); !errors.Is(r.Err, fencelock.ErrNotHolder) {
+		t.Fatalf("expire of an old token: got %v, want ErrNotHolder", r.Err)
+	}
+	if _, ok := h.f.Get("a"); !ok {
+		t.Fatal("expire of an old token removed the current grant")
+	}
+	if r := h.apply(Command{Op: OpExpire, Name: "a", Token: g.Token}); r.Err != nil {
+		t.Fatalf("expire of the current token: %v", r.Err)
+	}
+	if _, ok := h.f.Get("a"); ok {
+		t.Error("lock still has an entry after its only grant expired")
+	}
+	if !h.f.Expired("L1") {
+		t.Error("Expired(L1) is false after L1's grant expired")
+	}
+	g2 := h.apply(acq("a", "r2", "L2", false)).Grant
+	if g2 == nil || g2.Token <= g.Token {
+		t.Fatalf("grant after expiry: got %+v, want a token above %d", g2, g.Token)
+	}
+}
+
+func TestFSM_RequestIDDedupe(t *testing.T) {
+	h := newHarness(t)
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	retry := acq("a", "r1", "L-retry", false)
+	r := h.apply(retry)
+	if r.Grant == nil || *r.Grant != *g {
+		t.Fatalf("retry with the same request id: got %+v, want the same grant %+v", r.Grant, g)
+	}
+	// A queued request retried stays queued, once.
+	h.apply(acq("a", "w1", "Lw", true))
+	if r := h.apply(acq("a", "w1", "Lw2", true)); !r.Queued {
+		t.Fatalf("retry of a queued request: got %+v, want queued", r)
+	}
+	l, _ := h.f.Get("a")
+	if len(l.Waiters) != 1 {
+		t.Errorf("queue has %d waiters after a retried wait, want 1", len(l.Waiters))
+	}
+	// After the window, the id is forgotten.
+	h.now += int64(2 * time.Minute)
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	if _, ok := h.f.requests["r1"]; ok {
+		t.Error("request id r1 is still remembered after the dedupe window")
+	}
+}
+
+func TestFSM_CancelWait(t *testing.T) {
+	h := newHarness(t)
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	h.apply(acq("a", "w1", "Lw1", true))
+	h.apply(acq("a", "w2", "Lw2", true))
+	if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w1"}); r.Err != nil {
+		t.Fatalf("cancel a waiter: %v", r.Err)
+	}
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	l, _ := h.f.Get("a")
+	if l.Holder == nil || l.Holder.RequestID != "w2" {
+		t.Fatalf("after w1 left the queue, release granted %+v, want w2", l.Holder)
+	}
+	// A waiter granted after it gave up: the cancel releases the grant.
+	if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w2"}); r.Err != nil {
+		t.Fatalf("cancel of a granted waiter: %v", r.Err)
+	}
+	if _, ok := h.f.Get("a"); ok {
+		t.Error("the grant of a waiter that gave up was not released")
+	}
+}
+
+func TestFSM_TokensNeverReused(t *testing.T) {
+	h := newHarness(t)
+	var last fencelock.Token
+	for i := 0; i < 50; i++ {
+		g := h.apply(acq("a", "", "L", false)).Grant
+		if g == nil || g.Token <= last {
+			t.Fatalf("grant %d: token %v, want above %d", i, g, last)
+		}
+		last = g.Token
+		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L", Token: g.Token})
+	}
+}
+
+func TestFSM_SnapshotRestoreReplaces(t *testing.T) {
+	h := newHarness(t)
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	h.apply(acq("a", "w1", "Lw1", true))
+	h.apply(acq("b", "r2", "L2", false))
+	gc := h.apply(acq("c", "r3", "L3", false)).Grant
+	h.apply(Command{Op: OpExpire, Name: "c", Token: gc.Token})
+
+	snap, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := snap.Persist(&sink{Buffer: &buf}); err != nil {
+		t.Fatal(err)
+	}
+
+	other := newHarness(t)
+	other.apply(acq("zzz", "x", "LX", false)) // must vanish: restore replaces
+	if err := other.f.Restore(io.NopCloser(bytes.NewReader(buf.Bytes()))); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := h.f.List("", "", 100)
+	got, _ := other.f.List("", "", 100)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("restored locks\n got %+v\nwant %+v", got, want)
+	}
+	if !reflect.DeepEqual(other.f.requests, h.f.requests) || !other.f.Expired("L3") {
+		t.Error("restored request ids or expired leases differ from the snapshot's")
+	}
+	if other.f.AppliedIndex() != h.f.AppliedIndex() {
+		t.Errorf("restored applied index %d, want %d", other.f.AppliedIndex(), h.f.AppliedIndex())
+	}
+	if r := other.apply(acq("a", "r1", "", false)); r.Grant == nil || r.Grant.Token != g.Token {
+		t.Errorf("after restore, a retry of r1 got %+v, want the original grant", r)
+	}
+}
+
+func TestFSM_BadEntryIsRefusedNotPanicking(t *testing.T) {
+	f := New(0, nil)
+	for _, data := range [][]byte{nil, []byte("{"), []byte(`{"op":99}`)} {
+		r := f.Apply(&raft.Log{Index: 1, Data: data}).(Result)
+		if !errors.Is(r.Err, fencelock.ErrInvalidArgument) {
+			t.Errorf("apply %q: got %v, want ErrInvalidArgument", data, r.Err)
+		}
+	}
+}
+
+type sink struct{ *bytes.Buffer }
+
+func (s *sink) ID() string    { return "test" }
+func (s *sink) Cancel() error { return nil }
+func (s *sink) Close() error  { return nil }
