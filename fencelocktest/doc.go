@@ -1,0 +1,10 @@
+// Package fencelocktest is fencelock's importable test kit.
+//
+// RunFenceSuite runs one shared suite of cases against any fence adapter, so
+// every resource (the memory fence, the object store over HTTP, PostgreSQL,
+// Redis, or your own) is held to the same definition of fencing. PostgresDSN
+// and RedisAddr find the throwaway servers that scripts/services.sh starts,
+// and skip (or, in CI, fail) the test when there are none.
+//
+// It is meant for _test.go files only; production code must not import it.
+package fencelocktest
