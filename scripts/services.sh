@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# services.sh starts and stops the throwaway PostgreSQL and Redis servers that
+# fencelock's adapter tests run against.
+#
+#   bash scripts/services.sh up [DIR]   install (if missing) and start both servers
+#                                       with their data under DIR (default: a new
+#                                       temp dir); print export lines on stdout
+#   bash scripts/services.sh down DIR   stop exactly the servers `up DIR` started
+#
+# Typical use:
+#   dir=$(mktemp -d)
+#   eval "$(bash scripts/services.sh up "$dir")"
+#   go test -race ./...
+#   bash scripts/services.sh down "$dir"
+#
+# Both servers listen on 127.0.0.1 only, on non-default ports (PostgreSQL from
+# 55432, Redis from 56379; the next free port is taken if one is busy; override
+# the start with FENCELOCK_PG_PORT / FENCELOCK_REDIS_PORT). Missing binaries are
+# installed with apt-get (Debian's postgresql and redis-server packages), which
+# needs root. As root, PostgreSQL runs as the `postgres` OS user. Progress goes
+# to stderr; stdout carries only the export lines.
+set -euo pipefail
+
+exec 3>&1 1>&2 # stdout (fd 3) is reserved for the export lines
+
+log() { printf 'services.sh: %s\n' "$*"; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+usage() {
+	sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+}
+
+pg_bindir() {
+	local d
+	d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+	if [ -n "$d" ] && [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then
+		printf '%s\n' "$d"
+	fi
+}
+
+install_missing() {
+	local pkgs=()
+	[ -n "$(pg_bindir)" ] || pkgs+=(postgresql)
+	command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
+	[ ${#pkgs[@]} -eq 0 ] && return 0
+	[ "$(id -u)" -eq 0 ] || die "${pkgs[*]} not installed and not running as root; install them with: sudo apt-get install -y ${pkgs[*]}"
+	log "installing ${pkgs[*]} with apt-get"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${pkgs[@]}"
+	[ -n "$(pg_bindir)" ] || die "postgresql installed, but no initdb under /usr/lib/postgresql/*/bin"
+	command -v redis-server >/dev/null 2>&1 || die "redis-server installed, but not on PATH"
+}
+
+port_busy() { (exec 4<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+free_port() {
+	local port=$1 last=$(($1 + 50))
+	while port_busy "$port"; do
+		port=$((port + 1))
+		[ "$port" -le "$last" ] || die "no free port in $1..$last"
+	done
+	printf '%s\n' "$port"
+}
+
+# as_pg runs a command as the PostgreSQL OS user (postgres when we are root).
+as_pg() {
+	if [ "$(id -u)" -eq 0 ]; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+redis_ping() {
+	local port=$1 reply
+	if command -v redis-cli >/dev/null 2>&1; then
+		[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = PONG ]
+		return
+	fi
+	exec 5<>"/dev/tcp/127.0.0.1/$port" 2>/dev/null || return 1
+	printf 'PING\r\n' >&5
+	read -r -t 2 reply <&5 || true
+	exec 5<&-
+	[ "${reply%$'\r'}" = +PONG ]
+}
+
+print_exports() {
+	# shellcheck disable=SC1091
+	. "$1/services.env"
+	printf "export FENCELOCK_TEST_POSTGRES_DSN='postgres://postgres@127.0.0.1:%s/postgres?sslmode=disable'\n" "$PG_PORT" >&3
+	printf "export FENCELOCK_TEST_REDIS_ADDR='127.0.0.1:%s'\n" "$REDIS_PORT" >&3
+	printf "export FENCELOCK_SERVICES_DIR='%s'\n" "$1" >&3
+}
+
+start_postgres() {
+	local dir=$1 bindir port
+	bindir=$(pg_bindir)
+	if [ "$(id -u)" -eq 0 ]; then
+		id postgres >/dev/null 2>&1 || die "OS user postgres does not exist (Debian's postgresql package creates it)"
+		chown postgres: "$dir/pg"
+		as_pg test -w "$dir/pg" || die "user postgres cannot write $dir/pg; choose a DIR every user can traverse (e.g. under /tmp)"
+	fi
+	port=$(free_port "${FENCELOCK_PG_PORT:-55432}")
+	log "initializing PostgreSQL ($bindir) in $dir/pg/data"
+	as_pg "$bindir/initdb" -D "$dir/pg/data" -U postgres --auth=trust -E UTF8 --no-locale >"$dir/pg/initdb.log" 2>&1 ||
+		die "initdb failed, see $dir/pg/initdb.log"
+	log "starting PostgreSQL on 127.0.0.1:$port"
+	as_pg "$bindir/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/postgres.log" -w -t 60 start \
+		-o "-p $port -c listen_addresses=127.0.0.1 -k $dir/pg -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >/dev/null ||
+		die "PostgreSQL did not start, see $dir/pg/postgres.log"
+	printf 'PG_BINDIR=%q\nPG_PORT=%q\n' "$bindir" "$port" >>"$dir/services.env"
+	local i
+	for i in $(seq 1 100); do
+		as_pg "$bindir/pg_isready" -q -h 127.0.0.1 -p "$port" && return 0
+		sleep 0.1
+	done
+	die "PostgreSQL does not accept connections on 127.0.0.1:$port, see $dir/pg/postgres.log"
+}
+
+start_redis() {
+	local dir=$1 port
+	port=$(free_port "${FENCELOCK_REDIS_PORT:-56379}")
+	log "starting Redis on 127.0.0.1:$port"
+	redis-server --bind 127.0.0.1 --port "$port" --dir "$dir/redis" --daemonize yes \
+		--pidfile "$dir/redis/redis.pid" --logfile "$dir/redis/redis.log" \
+		--appendonly yes --appendfsync everysec --save '' >/dev/null ||
+		die "redis-server did not start, see $dir/redis/redis.log"
+	printf 'REDIS_PORT=%q\n' "$port" >>"$dir/services.env"
+	local i
+	for i in $(seq 1 100); do
+		if [ -s "$dir/redis/redis.pid" ] && redis_ping "$port"; then
+			printf 'REDIS_PID=%q\n' "$(cat "$dir/redis/redis.pid")" >>"$dir/services.env"
+			return 0
+		fi
+		sleep 0.1
+	done
+	die "Redis does not answer PING on 127.0.0.1:$port, see $dir/redis/redis.log"
+}
+
+up() {
+	local dir=${1:-}
+	if [ -z "$dir" ]; then
+		dir=$(mktemp -d -t fencelock-services.XXXXXX)
+	fi
+	mkdir -p "$dir"
+	dir=$(cd "$dir" && pwd)
+	if [ -f "$dir/services.env" ]; then
+		die "$dir already holds servers started by services.sh; stop them with: bash $0 down $dir"
+	fi
+	install_missing
+	chmod 755 "$dir"
+	mkdir -p "$dir/pg" "$dir/redis"
+	: >"$dir/services.env"
+	trap 'log "start failed; stopping what was started"; down "$dir" || true' EXIT
+	start_postgres "$dir"
+	start_redis "$dir"
+	trap - EXIT
+	log "PostgreSQL and Redis are up; stop them with: bash $0 down $dir"
+	print_exports "$dir"
+}
+
+down() {
+	local dir=${1:-}
+	[ -n "$dir" ] || die "down needs the DIR given to (or printed by) up"
+	[ -f "$dir/services.env" ] || die "$dir has no services.env: nothing started there by services.sh"
+	local PG_BINDIR='' PG_PORT='' REDIS_PORT='' REDIS_PID=''
+	# shellcheck disable=SC1091
+	. "$dir/services.env"
+	if [ -n "$PG_BINDIR" ] && [ -f "$dir/pg/data/postmaster.pid" ]; then
+		log "stopping PostgreSQL on port $PG_PORT"
+		as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null || log "pg_ctl stop failed"
+	fi
+	if [ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null &&
+		grep -q redis-server "/proc/$REDIS_PID/cmdline" 2>/dev/null; then
+		log "stopping Redis on port $REDIS_PORT (pid $REDIS_PID)"
+		kill "$REDIS_PID"
+		local i
+		for i in $(seq 1 100); do
+			kill -0 "$REDIS_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+	fi
+	rm -f "$dir/services.env"
+}
+
+case "${1:-}" in
+up) up "${2:-}" ;;
+down) down "${2:-}" ;;
+-h | --help | help) usage >&3 ;;
+*)
+	usage
+	die "unknown command '${1:-}'; use up or down"
+	;;
+esac
