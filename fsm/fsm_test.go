@@ -19,7 +19,9 @@ type recorder struct {
 	ended   []fencelock.Token
 }
 
-func (r *recorder) Granted(_ fencelock.LockName, h Holder) { r.granted = append(r.granted, h.RequestID) }
+func (r *recorder) Granted(_ fencelock.LockName, h Holder) {
+	r.granted = append(r.granted, h.RequestID)
+}
 func (r *recorder) Ended(_ fencelock.LockName, t fencelock.Token) {
 	r.ended = append(r.ended, t)
 }

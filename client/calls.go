@@ -1,0 +1,127 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/fencelock/fencelock"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+)
+
+// Renew extends a grant's lease by its TTL and returns the TTL. Most
+// programs never call it: a Lock renews itself. It is for scripts that hold
+// a grant across processes. Errors: fencelock.ErrNotHolder,
+// fencelock.ErrLeaseExpired, fencelock.ErrUnavailable.
+func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) (time.Duration, error) {
+	var ttl time.Duration
+	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
+		resp, err := rpc.Renew(ctx, connect.NewRequest(&fencelockv1.RenewRequest{
+			Name: name, LeaseId: string(id), Token: uint64(token)}))
+		if err != nil {
+			return err
+		}
+		ttl = resp.Msg.Ttl.AsDuration()
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("renew %q token %d: %w", name, token, err)
+	}
+	return ttl, nil
+}
+
+// Release ends a grant by its name, lease id and token. Lock.Release calls
+// it. Errors: fencelock.ErrNotHolder if that grant is not current.
+func (c *Client) Release(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) error {
+	attempts := 0
+	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
+		attempts++
+		_, err := rpc.Release(ctx, connect.NewRequest(&fencelockv1.ReleaseRequest{
+			Name: name, LeaseId: string(id), Token: uint64(token)}))
+		return err
+	})
+	if err != nil && attempts > 1 && errors.Is(err, fencelock.ErrNotHolder) {
+		return nil // an earlier attempt whose answer was lost did release it
+	}
+	if err != nil {
+		return fmt.Errorf("release %q token %d: %w", name, token, err)
+	}
+	return nil
+}
+
+// LockInfo describes one lock, as Describe and List return it.
+type LockInfo struct {
+	Name    string          `json:"name"`
+	Holder  string          `json:"holder,omitempty"` // "" when free
+	Token   fencelock.Token `json:"token,omitempty"`
+	Expires time.Time       `json:"expires,omitzero"`
+	TTL     time.Duration   `json:"ttl,omitempty"`
+	Waiters []WaiterInfo    `json:"waiters,omitempty"`
+}
+
+// WaiterInfo describes one queued Acquire.
+type WaiterInfo struct {
+	Holder string        `json:"holder"`
+	TTL    time.Duration `json:"ttl"`
+}
+
+func lockInfo(m *fencelockv1.LockInfo) LockInfo {
+	li := LockInfo{Name: m.Name, Holder: m.Holder, Token: fencelock.Token(m.Token), TTL: m.Ttl.AsDuration()}
+	if m.Expires != nil {
+		li.Expires = m.Expires.AsTime()
+	}
+	for _, w := range m.Waiters {
+		li.Waiters = append(li.Waiters, WaiterInfo{Holder: w.Holder, TTL: w.Ttl.AsDuration()})
+	}
+	return li
+}
+
+// Describe returns the named lock's holder, token, expiry and waiters.
+// Errors: fencelock.ErrNotFound when nobody holds or waits for it.
+func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
+	var li LockInfo
+	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
+		resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: name}))
+		if err != nil {
+			return err
+		}
+		li = lockInfo(resp.Msg.Lock)
+		return nil
+	})
+	if err != nil {
+		return LockInfo{}, fmt.Errorf("describe %q: %w", name, err)
+	}
+	return li, nil
+}
+
+// List returns one page of the locks whose names start with prefix, and the
+// token of the next page ("" after the last). Pass "" as pageToken for the
+// first page; pageSize 0 means the service's default.
+func (c *Client) List(ctx context.Context, prefix, pageToken string, pageSize int) ([]LockInfo, string, error) {
+	if pageSize < 0 {
+		return nil, "", fmt.Errorf("list: page size %d: %w", pageSize, fencelock.ErrInvalidArgument)
+	}
+	var out []LockInfo
+	var next string
+	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
+		resp, err := rpc.List(ctx, connect.NewRequest(&fencelockv1.ListRequest{
+			Prefix: prefix, PageToken: pageToken, PageSize: uint32(min(pageSize, 1<<31))}))
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, m := range resp.Msg.Locks {
+			out = append(out, lockInfo(m))
+		}
+		next = resp.Msg.NextPageToken
+		return nil
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list %q: %w", prefix, err)
+	}
+	return out, next, nil
+}

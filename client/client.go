@@ -1,0 +1,182 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/wire"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+)
+
+// Config configures a Client. Start from DefaultConfig.
+type Config struct {
+	// Endpoints are the API addresses of the service's nodes, as host:port
+	// or http://host:port. The client fails over between them.
+	Endpoints []string
+	// Holder labels this client's grants (shown by Describe); default
+	// hostname/pid.
+	Holder string
+	// HTTPClient carries the calls; default a pooled client sized for many
+	// concurrent locks.
+	HTTPClient *http.Client
+	// RetryBackoff is the first pause before retrying a call whose outcome
+	// was unknown; it doubles up to MaxRetryBackoff.
+	RetryBackoff, MaxRetryBackoff time.Duration
+	// RetryTimeout bounds how long one call keeps retrying when the service
+	// is unreachable or leaderless, whatever the caller's context allows.
+	RetryTimeout time.Duration
+	// Logger receives the client's logs (lease lost, retries).
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a configuration for the given endpoints.
+func DefaultConfig(endpoints ...string) Config {
+	return Config{
+		Endpoints:       endpoints,
+		Holder:          defaultHolder(),
+		RetryBackoff:    20 * time.Millisecond,
+		MaxRetryBackoff: time.Second,
+		RetryTimeout:    30 * time.Second,
+		Logger:          slog.Default(),
+	}
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	if len(c.Endpoints) == 0 {
+		return fmt.Errorf("client config: no endpoints: %w", fencelock.ErrInvalidArgument)
+	}
+	for _, e := range c.Endpoints {
+		if strings.TrimSpace(e) == "" {
+			return fmt.Errorf("client config: empty endpoint: %w", fencelock.ErrInvalidArgument)
+		}
+	}
+	if c.RetryBackoff <= 0 || c.MaxRetryBackoff < c.RetryBackoff {
+		return fmt.Errorf("client config: retry backoff must be positive and at most the max: %w", fencelock.ErrInvalidArgument)
+	}
+	if c.RetryTimeout <= 0 {
+		return fmt.Errorf("client config: retry timeout must be positive: %w", fencelock.ErrInvalidArgument)
+	}
+	if c.Logger == nil {
+		return fmt.Errorf("client config: nil logger: %w", fencelock.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Client talks to a fencelock service. It is safe for concurrent use.
+type Client struct {
+	cfg   Config
+	rpcs  []fencelockv1connect.LockServiceClient
+	urls  []string
+	next  atomic.Uint32 // index of the endpoint to try first
+	close func()
+}
+
+// New returns a client of the service at endpoints (host:port or URLs),
+// with DefaultConfig.
+func New(endpoints ...string) (*Client, error) {
+	return NewFromConfig(DefaultConfig(endpoints...))
+}
+
+// NewFromConfig returns a client configured by cfg.
+func NewFromConfig(cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	hc := cfg.HTTPClient
+	closeIdle := func() {}
+	if hc == nil {
+		tr := &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 1024,
+			IdleConnTimeout:     90 * time.Second,
+		}
+		hc = &http.Client{Transport: tr}
+		closeIdle = tr.CloseIdleConnections
+	}
+	c := &Client{cfg: cfg, close: closeIdle}
+	for _, e := range cfg.Endpoints {
+		u := strings.TrimRight(strings.TrimSpace(e), "/")
+		if !strings.Contains(u, "://") {
+			u = "http://" + u
+		}
+		c.urls = append(c.urls, u)
+		c.rpcs = append(c.rpcs, fencelockv1connect.NewLockServiceClient(hc, u))
+	}
+	return c, nil
+}
+
+// Close releases idle connections. Held locks are not released.
+func (c *Client) Close() error {
+	c.close()
+	return nil
+}
+
+// retryable reports whether a call may be repeated, possibly on another
+// endpoint: the node was not the leader, or the outcome is unknown.
+func retryable(err error) bool {
+	if errors.Is(err, fencelock.ErrNotLeader) || errors.Is(err, fencelock.ErrUnavailable) {
+		return true
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Code() == connect.CodeUnavailable || ce.Code() == connect.CodeUnknown && isNetErr(err)
+	}
+	return isNetErr(err)
+}
+
+func isNetErr(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe)
+}
+
+// call runs fn against the endpoints, rotating on retryable errors with
+// backoff, until it succeeds, fails for good, or ctx ends. Calls must be
+// idempotent (Acquire carries a request id for this).
+func (c *Client) call(ctx context.Context, fn func(context.Context, fencelockv1connect.LockServiceClient) error) error {
+	backoff := c.cfg.RetryBackoff
+	giveUp := time.Now().Add(c.cfg.RetryTimeout)
+	for attempt := 0; ; attempt++ {
+		i := int(c.next.Load()) % len(c.rpcs)
+		err := wire.FromConnect(fn(ctx, c.rpcs[i]))
+		if err == nil || !retryable(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		}
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("gave up after %v of retries: %w", c.cfg.RetryTimeout, err)
+		}
+		c.next.CompareAndSwap(uint32(i), uint32(i+1))
+		if attempt%len(c.rpcs) == len(c.rpcs)-1 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, c.cfg.MaxRetryBackoff)
+		}
+	}
+}
+
+func defaultHolder() string {
+	h, err := os.Hostname()
+	if err != nil {
+		h = "unknown"
+	}
+	return fmt.Sprintf("%s/%d", h, os.Getpid())
+}

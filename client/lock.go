@@ -1,0 +1,259 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencelock/fencelock"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+)
+
+// waitChunk bounds one queued Acquire call when the caller's context has no
+// deadline; Acquire queues again after it.
+const waitChunk = 5 * time.Minute
+
+// ErrReleased is the cause of a Lock's context after Release.
+var ErrReleased = errors.New("lock released")
+
+// Acquire takes the named lock, waiting in FIFO order while it is held:
+// until ctx ends, or for at most WithWait. It returns a Lock whose lease is
+// kept alive until Release or until the lease is lost. Errors:
+// *fencelock.LockHeldError (try-lock or the wait ran out), fencelock.ErrInvalidName,
+// fencelock.ErrInvalidTTL, fencelock.ErrUnavailable (service unreachable; the
+// request id makes the retries Acquire already did safe), or ctx's error.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	o := acquireOptions{ttl: DefaultTTL, holder: c.cfg.Holder}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.ttl <= 0 {
+		return nil, fmt.Errorf("acquire %q: ttl %v: %w", name, o.ttl, fencelock.ErrInvalidTTL)
+	}
+	if o.margin <= 0 {
+		o.margin = max(o.ttl/10, 50*time.Millisecond)
+	}
+	if o.margin >= o.ttl {
+		return nil, fmt.Errorf("acquire %q: safety margin %v is not below ttl %v: %w", name, o.margin, o.ttl, fencelock.ErrInvalidArgument)
+	}
+	if o.requestID == "" {
+		o.requestID = string(fencelock.NewLeaseID())
+	}
+	for {
+		wait := o.wait
+		if !o.waitSet {
+			wait = waitChunk
+			if dl, ok := ctx.Deadline(); ok {
+				wait = min(time.Until(dl), waitChunk)
+			}
+			wait = max(wait, 0)
+		}
+		req := &fencelockv1.AcquireRequest{Name: name, Ttl: durationpb.New(o.ttl), Wait: durationpb.New(wait),
+			RequestId: o.requestID, Holder: o.holder}
+		var start time.Time
+		var g *fencelockv1.Grant
+		err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
+			start = time.Now() // the lease began no earlier than this attempt
+			resp, err := rpc.Acquire(ctx, connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			g = resp.Msg.Grant
+			return nil
+		})
+		if err == nil {
+			if g == nil || g.Token == 0 {
+				return nil, fmt.Errorf("acquire %q: service returned no grant: %w", name, fencelock.ErrUnavailable)
+			}
+			return c.newLock(g, start, o.margin), nil
+		}
+		if !o.waitSet && errors.Is(err, fencelock.ErrLockHeld) && ctx.Err() == nil {
+			continue // the chunk ran out; queue again
+		}
+		return nil, fmt.Errorf("acquire %q: %w", name, err)
+	}
+}
+
+// TryAcquire takes the named lock if it is free and fails at once with a
+// *fencelock.LockHeldError otherwise.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...Option) (*Lock, error) {
+	return c.Acquire(ctx, name, append(opts, WithWait(0))...)
+}
+
+// Lock is a held grant: its fencing token, its lease, and a context that
+// ends when the lease may be lost. Its methods are safe for concurrent use.
+type Lock struct {
+	c       *Client
+	name    string
+	token   fencelock.Token
+	leaseID fencelock.LeaseID
+	ttl     time.Duration
+	margin  time.Duration
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time // monotonic: last confirmed renewal start + TTL - margin
+	timer    *time.Timer
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{} // keep-alive goroutine ended
+}
+
+func (c *Client) newLock(g *fencelockv1.Grant, start time.Time, margin time.Duration) *Lock {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lock{c: c, name: g.Name, token: fencelock.Token(g.Token), leaseID: fencelock.LeaseID(g.LeaseId),
+		ttl: g.Ttl.AsDuration(), margin: margin, ctx: ctx, cancel: cancel,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	l.mu.Lock()
+	l.deadline = start.Add(l.ttl - margin)
+	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
+	l.mu.Unlock()
+	go l.keepAlive()
+	return l
+}
+
+// Name returns the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Token returns the fencing token: attach it to every write to the resource.
+func (l *Lock) Token() fencelock.Token { return l.token }
+
+// LeaseID returns the grant's ownership token.
+func (l *Lock) LeaseID() fencelock.LeaseID { return l.leaseID }
+
+// TTL returns the lease's TTL.
+func (l *Lock) TTL() time.Duration { return l.ttl }
+
+// Context returns a context that is cancelled the moment the holder can no
+// longer be sure it holds the lease, or on Release. context.Cause tells why.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Done is Context().Done().
+func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Err returns nil while the lease is believed held, and otherwise why not:
+// an error wrapping fencelock.ErrLeaseExpired or fencelock.ErrNotHolder, or
+// ErrReleased.
+func (l *Lock) Err() error {
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
+}
+
+// Deadline returns the monotonic instant at which the lock's context ends
+// unless a renewal is confirmed first.
+func (l *Lock) Deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline
+}
+
+func (l *Lock) deadlinePassed() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if left := time.Until(l.deadline); left > 0 {
+		l.timer.Reset(left) // extended while this timer was firing
+		return
+	}
+	l.lose(fmt.Errorf("lock %q token %d: no renewal confirmed within the lease: %w", l.name, l.token, fencelock.ErrLeaseExpired))
+}
+
+// lose cancels the lock's context with cause; the first cause wins.
+func (l *Lock) lose(cause error) {
+	if l.ctx.Err() == nil {
+		l.c.cfg.Logger.Warn("lease lost", "lock", l.name, "token", l.token, "cause", cause)
+	}
+	l.cancel(cause)
+}
+
+func (l *Lock) extend(d time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx.Err() != nil || !d.After(l.deadline) {
+		return
+	}
+	l.deadline = d
+	l.timer.Reset(time.Until(d))
+}
+
+// keepAlive renews the lease at about TTL/3 until Release or loss.
+func (l *Lock) keepAlive() {
+	defer close(l.done)
+	interval := l.ttl / 3
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-l.ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(l.ctx, interval)
+		_, err := l.c.Renew(rctx, l.name, l.leaseID, l.token)
+		cancel()
+		switch {
+		case err == nil:
+			l.extend(start.Add(l.ttl - l.margin))
+			t.Reset(interval)
+		case errors.Is(err, fencelock.ErrNotHolder), errors.Is(err, fencelock.ErrLeaseExpired):
+			l.mu.Lock()
+			l.lose(err)
+			l.mu.Unlock()
+			return
+		default:
+			if l.ctx.Err() != nil {
+				return
+			}
+			l.c.cfg.Logger.Warn("renew failed; retrying", "lock", l.name, "token", l.token, "err", err)
+			t.Reset(max(interval/4, 10*time.Millisecond))
+		}
+	}
+}
+
+// Release stops the keep-alive, cancels the lock's context and releases the
+// grant; the next waiter is granted at once. It returns an error wrapping
+// fencelock.ErrNotHolder if the grant had already ended (the lease was lost).
+func (l *Lock) Release(ctx context.Context) error {
+	l.stopOnce.Do(func() { close(l.stop) })
+	l.mu.Lock()
+	l.timer.Stop()
+	l.cancel(ErrReleased)
+	l.mu.Unlock()
+	<-l.done
+	return l.c.Release(ctx, l.name, l.leaseID, l.token)
+}
+
+// Do runs fn while holding the named lock: it acquires (with opts), calls fn
+// with a context that ends when ctx does or the lease may be lost, and with
+// the fencing token to attach to every write, then releases. It returns fn's
+// error, or the error of Acquire.
+func Do(ctx context.Context, c *Client, name string, fn func(ctx context.Context, token fencelock.Token) error, opts ...Option) error {
+	l, err := c.Acquire(ctx, name, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl)
+		defer cancel()
+		if rerr := l.Release(rctx); rerr != nil {
+			c.cfg.Logger.Warn("release after Do failed", "lock", name, "err", rerr)
+		}
+	}()
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	defer stop()
+	return fn(fctx, l.token)
+}

@@ -1,0 +1,42 @@
+package client
+
+import "time"
+
+// Default lease parameters.
+const (
+	DefaultTTL = 10 * time.Second
+)
+
+type acquireOptions struct {
+	ttl       time.Duration
+	wait      time.Duration
+	waitSet   bool
+	margin    time.Duration
+	holder    string
+	requestID string
+}
+
+// Option tunes one Acquire.
+type Option func(*acquireOptions)
+
+// WithTTL sets the lease's TTL (default 10s). The service refuses TTLs
+// outside its configured range with fencelock.ErrInvalidTTL.
+func WithTTL(ttl time.Duration) Option { return func(o *acquireOptions) { o.ttl = ttl } }
+
+// WithWait bounds how long Acquire queues for a held lock. Without it,
+// Acquire waits until its context ends; WithWait(0) is a try-lock.
+func WithWait(d time.Duration) Option {
+	return func(o *acquireOptions) { o.wait, o.waitSet = d, true }
+}
+
+// WithSafetyMargin sets how long before the computed lease end the lock's
+// context is cancelled (default TTL/10, at least 50ms). A larger margin
+// covers more clock-rate drift between client and service.
+func WithSafetyMargin(d time.Duration) Option { return func(o *acquireOptions) { o.margin = d } }
+
+// WithHolder overrides the client's holder label for this grant.
+func WithHolder(h string) Option { return func(o *acquireOptions) { o.holder = h } }
+
+// WithRequestID sets the request id (default random). Two Acquires with the
+// same id within the service's dedupe window get the same grant.
+func WithRequestID(id string) Option { return func(o *acquireOptions) { o.requestID = id } }

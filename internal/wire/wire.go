@@ -1,0 +1,152 @@
+// Package wire carries fencelock's errors across the network: the server
+// turns a sentinel into a Connect error with a stable code and an
+// ErrorDetail, and the client turns it back, so errors.Is works end to end.
+package wire
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fencelock/fencelock"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+)
+
+// connectCodes maps each wire code to the Connect code it travels with.
+var connectCodes = map[string]connect.Code{
+	fencelock.CodeLockHeld:           connect.CodeAlreadyExists,
+	fencelock.CodeNotHolder:          connect.CodeFailedPrecondition,
+	fencelock.CodeLeaseExpired:       connect.CodeFailedPrecondition,
+	fencelock.CodeStaleToken:         connect.CodeFailedPrecondition,
+	fencelock.CodeMissingToken:       connect.CodeInvalidArgument,
+	fencelock.CodeInvalidToken:       connect.CodeInvalidArgument,
+	fencelock.CodeInvalidName:        connect.CodeInvalidArgument,
+	fencelock.CodeInvalidTTL:         connect.CodeInvalidArgument,
+	fencelock.CodeInvalidArgument:    connect.CodeInvalidArgument,
+	fencelock.CodeNotFound:           connect.CodeNotFound,
+	fencelock.CodeTooLarge:           connect.CodeResourceExhausted,
+	fencelock.CodeNotLeader:          connect.CodeUnavailable,
+	fencelock.CodeUnavailable:        connect.CodeUnavailable,
+	fencelock.CodePreconditionFailed: connect.CodeFailedPrecondition,
+}
+
+// ToConnect converts an error from the service into a Connect error that
+// carries its fencelock code. Context errors become Canceled or
+// DeadlineExceeded; an error wrapping no sentinel becomes Internal.
+func ToConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := fencelock.Code(err)
+	if code == "" {
+		switch {
+		case errors.Is(err, context.Canceled):
+			return connect.NewError(connect.CodeCanceled, err)
+		case errors.Is(err, context.DeadlineExceeded):
+			return connect.NewError(connect.CodeDeadlineExceeded, err)
+		}
+		return connect.NewError(connect.CodeInternal, err)
+	}
+	ce := connect.NewError(connectCodes[code], err)
+	d := &fencelockv1.ErrorDetail{Code: code}
+	var held *fencelock.LockHeldError
+	if errors.As(err, &held) {
+		d.Name, d.Holder, d.Token = string(held.Name), held.Holder, uint64(held.Token)
+		if !held.Expires.IsZero() {
+			d.Expires = timestamppb.New(held.Expires)
+		}
+	}
+	var stale *fencelock.StaleTokenError
+	if errors.As(err, &stale) {
+		d.Name, d.Token = stale.Domain, uint64(stale.Highest)
+	}
+	var nl *NotLeaderError
+	if errors.As(err, &nl) {
+		d.Leader = nl.Leader
+	}
+	if det, derr := connect.NewErrorDetail(d); derr == nil {
+		ce.AddDetail(det)
+	}
+	return ce
+}
+
+// FromConnect converts an error returned by a Connect call back into an
+// error wrapping the fencelock sentinel it was made from. Network errors and
+// errors without a fencelock code whose Connect code is Unavailable wrap
+// ErrUnavailable; others are returned as they are.
+func FromConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	for _, det := range ce.Details() {
+		v, verr := det.Value()
+		if verr != nil {
+			continue
+		}
+		d, ok := v.(*fencelockv1.ErrorDetail)
+		if !ok {
+			continue
+		}
+		sentinel := fencelock.ErrorForCode(d.Code)
+		if sentinel == nil {
+			break
+		}
+		msg := ce.Message()
+		switch sentinel {
+		case fencelock.ErrLockHeld:
+			e := &fencelock.LockHeldError{Name: fencelock.LockName(d.Name), Holder: d.Holder, Token: fencelock.Token(d.Token)}
+			if d.Expires != nil {
+				e.Expires = d.Expires.AsTime()
+			}
+			return e
+		case fencelock.ErrNotLeader:
+			return &NotLeaderError{Leader: d.Leader, msg: msg}
+		}
+		return &remoteError{msg: msg, sentinel: sentinel}
+	}
+	switch ce.Code() {
+	case connect.CodeUnavailable:
+		return &remoteError{msg: ce.Message(), sentinel: fencelock.ErrUnavailable}
+	case connect.CodeDeadlineExceeded:
+		return &remoteError{msg: ce.Message(), sentinel: context.DeadlineExceeded}
+	case connect.CodeCanceled:
+		return &remoteError{msg: ce.Message(), sentinel: context.Canceled}
+	}
+	return err
+}
+
+// remoteError is an error that crossed the wire: the server's message, and
+// the sentinel its code names.
+type remoteError struct {
+	msg      string
+	sentinel error
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+// NotLeaderError says the node is not the leader, and which node is, when
+// known. errors.Is(err, fencelock.ErrNotLeader) is true for it.
+type NotLeaderError struct {
+	Leader string // the leader's API address, or ""
+	msg    string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.msg != "" {
+		return e.msg
+	}
+	if e.Leader == "" {
+		return "not the leader; leader unknown"
+	}
+	return "not the leader; leader is " + e.Leader
+}
+
+// Unwrap returns fencelock.ErrNotLeader.
+func (e *NotLeaderError) Unwrap() error { return fencelock.ErrNotLeader }

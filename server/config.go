@@ -1,0 +1,90 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Server. Start from DefaultConfig.
+type Config struct {
+	// NodeID names this node in the Raft configuration.
+	NodeID string
+	// DataDir holds the Raft log, stable store and snapshots.
+	DataDir string
+	// RaftAddr is the Raft transport's listen address (host:port).
+	RaftAddr string
+
+	// MinTTL and MaxTTL bound the TTL a client may ask for.
+	MinTTL, MaxTTL time.Duration
+	// MaxWait bounds how long an Acquire may wait in a lock's queue.
+	MaxWait time.Duration
+	// DedupeWindow is how long request ids are remembered.
+	DedupeWindow time.Duration
+
+	// HeartbeatTimeout and ElectionTimeout tune Raft (see raft.Config).
+	HeartbeatTimeout, ElectionTimeout time.Duration
+	// SnapshotThreshold is the number of log entries between snapshots;
+	// SnapshotInterval how often Raft checks it.
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	// ApplyTimeout bounds how long one proposal waits to be committed when
+	// the caller's context has no earlier deadline.
+	ApplyTimeout time.Duration
+
+	// Logger receives the server's structured logs.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the embedded one-node defaults.
+func DefaultConfig() Config {
+	return Config{
+		NodeID:            "n1",
+		DataDir:           "fencelock-data",
+		RaftAddr:          "127.0.0.1:7071",
+		MinTTL:            time.Second,
+		MaxTTL:            time.Hour,
+		MaxWait:           time.Hour,
+		DedupeWindow:      10 * time.Minute,
+		HeartbeatTimeout:  500 * time.Millisecond,
+		ElectionTimeout:   500 * time.Millisecond,
+		SnapshotThreshold: 8192,
+		SnapshotInterval:  30 * time.Second,
+		ApplyTimeout:      10 * time.Second,
+		Logger:            slog.Default(),
+	}
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.NodeID == "" {
+		errs = append(errs, errors.New("node id is empty"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data dir is empty"))
+	}
+	if c.RaftAddr == "" {
+		errs = append(errs, errors.New("raft address is empty"))
+	}
+	if c.MinTTL <= 0 || c.MaxTTL < c.MinTTL {
+		errs = append(errs, fmt.Errorf("ttl range [%v, %v] is empty or not positive", c.MinTTL, c.MaxTTL))
+	}
+	if c.MaxWait < 0 {
+		errs = append(errs, fmt.Errorf("max wait %v is negative", c.MaxWait))
+	}
+	if c.HeartbeatTimeout <= 0 || c.ElectionTimeout <= 0 {
+		errs = append(errs, errors.New("raft timeouts must be positive"))
+	}
+	if c.ApplyTimeout <= 0 {
+		errs = append(errs, errors.New("apply timeout must be positive"))
+	}
+	if c.Logger == nil {
+		errs = append(errs, errors.New("logger is nil"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("invalid server config: %w", err)
+	}
+	return nil
+}

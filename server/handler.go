@@ -1,0 +1,120 @@
+package server
+
+import (
+	"context"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+)
+
+// maxMessageBytes bounds a request message; every field has a smaller limit.
+const maxMessageBytes = 64 << 10
+
+// Handler returns the node's HTTP handler: the Connect API (gRPC, gRPC-Web
+// and JSON), /metrics, /healthz (the process is up) and /readyz (the node is
+// a ready leader). Serve it with HTTP/2 cleartext enabled for gRPC.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	path, h := fencelockv1connect.NewLockServiceHandler((*api)(s), connect.WithReadMaxBytes(maxMessageBytes))
+	mux.Handle(path, h)
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.Ready() {
+			http.Error(w, "not ready: not the leader, or leases not re-armed yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// api adapts Server to the generated Connect interface.
+type api Server
+
+var _ fencelockv1connect.LockServiceHandler = (*api)(nil)
+
+func (a *api) fail(method string, err error) error {
+	code := fencelock.Code(err)
+	if code == "" {
+		code = "other"
+	}
+	a.metrics.rejected.WithLabelValues(method, code).Inc()
+	return wire.ToConnect(err)
+}
+
+func (a *api) Acquire(ctx context.Context, req *connect.Request[fencelockv1.AcquireRequest]) (*connect.Response[fencelockv1.AcquireResponse], error) {
+	m := req.Msg
+	g, err := (*Server)(a).Acquire(ctx, AcquireRequest{
+		Name: fencelock.LockName(m.Name), TTL: m.Ttl.AsDuration(), Wait: m.Wait.AsDuration(),
+		RequestID: m.RequestId, Holder: m.Holder,
+	})
+	if err != nil {
+		return nil, a.fail("Acquire", err)
+	}
+	return connect.NewResponse(&fencelockv1.AcquireResponse{Grant: &fencelockv1.Grant{
+		Name: string(g.Name), Token: uint64(g.Token), LeaseId: string(g.LeaseID), Ttl: durationpb.New(g.TTL),
+	}}), nil
+}
+
+func (a *api) Renew(ctx context.Context, req *connect.Request[fencelockv1.RenewRequest]) (*connect.Response[fencelockv1.RenewResponse], error) {
+	m := req.Msg
+	ttl, err := (*Server)(a).Renew(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token))
+	if err != nil {
+		return nil, a.fail("Renew", err)
+	}
+	return connect.NewResponse(&fencelockv1.RenewResponse{Ttl: durationpb.New(ttl)}), nil
+}
+
+func (a *api) Release(ctx context.Context, req *connect.Request[fencelockv1.ReleaseRequest]) (*connect.Response[fencelockv1.ReleaseResponse], error) {
+	m := req.Msg
+	if err := (*Server)(a).Release(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {
+		return nil, a.fail("Release", err)
+	}
+	return connect.NewResponse(&fencelockv1.ReleaseResponse{}), nil
+}
+
+func (a *api) Describe(ctx context.Context, req *connect.Request[fencelockv1.DescribeRequest]) (*connect.Response[fencelockv1.DescribeResponse], error) {
+	li, err := (*Server)(a).Describe(ctx, fencelock.LockName(req.Msg.Name))
+	if err != nil {
+		return nil, a.fail("Describe", err)
+	}
+	return connect.NewResponse(&fencelockv1.DescribeResponse{Lock: lockInfoMsg(li)}), nil
+}
+
+func (a *api) List(ctx context.Context, req *connect.Request[fencelockv1.ListRequest]) (*connect.Response[fencelockv1.ListResponse], error) {
+	m := req.Msg
+	locks, next, err := (*Server)(a).List(ctx, m.Prefix, m.PageToken, int(m.PageSize))
+	if err != nil {
+		return nil, a.fail("List", err)
+	}
+	resp := &fencelockv1.ListResponse{NextPageToken: next}
+	for _, li := range locks {
+		resp.Locks = append(resp.Locks, lockInfoMsg(li))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func lockInfoMsg(li LockInfo) *fencelockv1.LockInfo {
+	m := &fencelockv1.LockInfo{Name: string(li.Name), Holder: li.Holder, Token: uint64(li.Token)}
+	if li.Token != 0 {
+		m.Ttl = durationpb.New(li.TTL)
+	}
+	if !li.Expires.IsZero() {
+		m.Expires = timestamppb.New(li.Expires)
+	}
+	for _, w := range li.Waiters {
+		m.Waiters = append(m.Waiters, &fencelockv1.Waiter{Holder: w.Holder, Ttl: durationpb.New(w.TTL)})
+	}
+	return m
+}

@@ -1,0 +1,258 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fsm"
+)
+
+// Server is one node of the lock service.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	fsm     *fsm.FSM
+	raft    *raft.Raft
+	store   *raftboltdb.BoltStore
+	trans   *raft.NetworkTransport
+	leases  *leaseTable
+	waiters *waiters
+	metrics *metrics
+
+	ready     atomic.Bool // leader with leases re-armed
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// Open starts a node in cfg.DataDir, bootstrapping a one-node Raft group the
+// first time. The server's background work lives until Close.
+func Open(ctx context.Context, cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, waiters: newWaiters(), metrics: newMetrics()}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.leases = newLeaseTable(s.proposeExpire)
+	s.fsm = fsm.New(cfg.DedupeWindow, (*observer)(s))
+
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("open raft log: %w", err)
+	}
+	s.store = store
+	raftLog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: os.Stderr})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, raftLog)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("resolve raft address %q: %w", cfg.RaftAddr, err)
+	}
+	trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 10*time.Second, raftLog)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("listen on raft address %q: %w", cfg.RaftAddr, err)
+	}
+	s.trans = trans
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = raftLog
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = min(cfg.HeartbeatTimeout, rc.LeaderLeaseTimeout)
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.BatchApplyCh = true
+	notify := make(chan bool, 8)
+	rc.NotifyCh = notify
+
+	existing, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		trans.Close()
+		store.Close()
+		return nil, fmt.Errorf("inspect raft state: %w", err)
+	}
+	if !existing {
+		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}}
+		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, boot); err != nil {
+			trans.Close()
+			store.Close()
+			return nil, fmt.Errorf("bootstrap raft: %w", err)
+		}
+		s.log.Info("bootstrapped one-node raft group", "node", cfg.NodeID, "dir", cfg.DataDir)
+	}
+	r, err := raft.NewRaft(rc, s.fsm, store, store, snaps, trans)
+	if err != nil {
+		trans.Close()
+		store.Close()
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	s.raft = r
+	s.wg.Add(1)
+	go s.watchLeadership(notify)
+	return s, nil
+}
+
+// Close stops the node: timers, waiters and Raft. It is safe to call twice.
+func (s *Server) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.leases.deactivate()
+		s.ready.Store(false)
+		err = s.raft.Shutdown().Error()
+		s.wg.Wait()
+		err = errors.Join(err, s.trans.Close(), s.store.Close())
+	})
+	return err
+}
+
+// Ready reports whether the node is the leader and has re-armed every lease,
+// so it can serve requests.
+func (s *Server) Ready() bool { return s.ready.Load() }
+
+// WaitReady blocks until the node is ready or ctx ends.
+func (s *Server) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !s.Ready() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for leadership: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// watchLeadership arms leases when this node becomes leader (after a
+// barrier) and stops them at once when it stops being leader.
+func (s *Server) watchLeadership(notify <-chan bool) {
+	defer s.wg.Done()
+	var gen atomic.Uint64
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case leader := <-notify:
+			g := gen.Add(1)
+			if !leader {
+				s.ready.Store(false)
+				s.leases.deactivate()
+				s.log.Warn("lost leadership: lease timers stopped")
+				continue
+			}
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
+					s.log.Warn("barrier after election failed", "err", err)
+					return
+				}
+				if gen.Load() != g || s.raft.State() != raft.Leader {
+					return
+				}
+				n := s.leases.activate(s.fsm.Holders, time.Now())
+				s.ready.Store(true)
+				s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "term", s.raft.Stats()["term"])
+			}()
+		}
+	}
+}
+
+// Apply proposes cmd through Raft and waits until it is applied or ctx ends.
+// It stamps cmd.Now with this node's clock. Errors: ErrNotLeader when this
+// node is not the leader; ErrUnavailable when the outcome is unknown
+// (leadership lost, timeout, shutdown, ctx ended after the proposal).
+func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+	cmd.Now = time.Now().UnixNano()
+	start := time.Now()
+	f := s.raft.Apply(cmd.Encode(), s.cfg.ApplyTimeout)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(cmd.Op), fencelock.ErrUnavailable, ctx.Err())
+	}
+	s.metrics.applySeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader):
+			return fsm.Result{}, fmt.Errorf("apply %s: %w", opName(cmd.Op), s.notLeader())
+		default:
+			return fsm.Result{}, fmt.Errorf("apply %s: %v: %w", opName(cmd.Op), err, fencelock.ErrUnavailable)
+		}
+	}
+	res, ok := f.Response().(fsm.Result)
+	if !ok {
+		return fsm.Result{}, fmt.Errorf("apply %s: unexpected response %T: %w", opName(cmd.Op), f.Response(), fencelock.ErrUnavailable)
+	}
+	return res, nil
+}
+
+func opName(op fsm.Op) string {
+	switch op {
+	case fsm.OpAcquire:
+		return "acquire"
+	case fsm.OpRelease:
+		return "release"
+	case fsm.OpExpire:
+		return "expire"
+	case fsm.OpCancelWait:
+		return "cancel-wait"
+	}
+	return fmt.Sprintf("op %d", op)
+}
+
+// proposeExpire is the lease table's callback when a lease's deadline passes.
+func (s *Server) proposeExpire(name fencelock.LockName, token fencelock.Token) error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+	defer cancel()
+	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpExpire, Name: name, Token: token})
+	if err != nil {
+		return err
+	}
+	if res.Err == nil {
+		s.metrics.expiries.Inc()
+		s.log.Info("lease expired", "lock", name, "token", token)
+	}
+	return nil
+}
+
+// observer adapts the server to fsm.Observer.
+type observer Server
+
+func (o *observer) Granted(name fencelock.LockName, h fsm.Holder) {
+	s := (*Server)(o)
+	s.metrics.grants.Inc()
+	s.leases.granted(name, h, time.Now())
+	s.waiters.deliver(h)
+}
+
+func (o *observer) Ended(name fencelock.LockName, token fencelock.Token) {
+	(*Server)(o).leases.ended(name, token)
+}

@@ -1,0 +1,275 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fsm"
+)
+
+// Limits on request fields, checked at the API edge.
+const (
+	MaxHolderLen    = 256
+	MaxRequestIDLen = 128
+	MaxPageSize     = 1000
+	defaultPageSize = 100
+)
+
+// AcquireRequest asks for a lock.
+type AcquireRequest struct {
+	Name fencelock.LockName
+	TTL  time.Duration
+	// Wait is how long to queue for the lock; zero is a try-lock.
+	Wait time.Duration
+	// RequestID makes retries safe: a retry returns the same grant.
+	RequestID string
+	// Holder is a label for humans, shown by Describe.
+	Holder string
+}
+
+func (s *Server) validate(req AcquireRequest) error {
+	if err := req.Name.Validate(); err != nil {
+		return err
+	}
+	if req.TTL < s.cfg.MinTTL || req.TTL > s.cfg.MaxTTL {
+		return fmt.Errorf("ttl %v is outside [%v, %v]: %w", req.TTL, s.cfg.MinTTL, s.cfg.MaxTTL, fencelock.ErrInvalidTTL)
+	}
+	if req.Wait < 0 || req.Wait > s.cfg.MaxWait {
+		return fmt.Errorf("wait %v is outside [0, %v]: %w", req.Wait, s.cfg.MaxWait, fencelock.ErrInvalidArgument)
+	}
+	if len(req.Holder) > MaxHolderLen || !utf8.ValidString(req.Holder) {
+		return fmt.Errorf("holder label must be UTF-8 of at most %d bytes: %w", MaxHolderLen, fencelock.ErrInvalidArgument)
+	}
+	if len(req.RequestID) > MaxRequestIDLen || !utf8.ValidString(req.RequestID) {
+		return fmt.Errorf("request id must be UTF-8 of at most %d bytes: %w", MaxRequestIDLen, fencelock.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Acquire grants the named lock, or queues for it up to req.Wait (FIFO) and
+// returns the grant the moment it is made. Errors: *fencelock.LockHeldError
+// (try-lock, or the wait ran out), ErrInvalidName, ErrInvalidTTL,
+// ErrInvalidArgument, ErrNotLeader, ErrUnavailable (outcome unknown: retry
+// with the same RequestID), or ctx's error.
+func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Grant, error) {
+	if err := s.validate(req); err != nil {
+		return fencelock.Grant{}, err
+	}
+	if req.Wait > 0 && req.RequestID == "" {
+		req.RequestID = string(fencelock.NewLeaseID()) // a waiter must be addressable
+	}
+	var ch chan fsm.Holder
+	if req.Wait > 0 {
+		ch = s.waiters.add(req.RequestID)
+		defer s.waiters.remove(req.RequestID, ch)
+	}
+	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: req.Name, RequestID: req.RequestID,
+		Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0})
+	if err != nil {
+		return fencelock.Grant{}, err
+	}
+	switch {
+	case res.Err != nil:
+		return fencelock.Grant{}, s.withExpiry(res.Err)
+	case res.Grant != nil:
+		return grantOf(req.Name, *res.Grant), nil
+	case !res.Queued:
+		return fencelock.Grant{}, fmt.Errorf("acquire %q: empty result: %w", req.Name, fencelock.ErrUnavailable)
+	}
+
+	timer := time.NewTimer(req.Wait)
+	defer timer.Stop()
+	select {
+	case h := <-ch:
+		return grantOf(req.Name, h), nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	// Gave up. A grant that arrived meanwhile is still ours if the caller is.
+	select {
+	case h := <-ch:
+		if ctx.Err() == nil {
+			return grantOf(req.Name, h), nil
+		}
+	default:
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
+	defer cancel()
+	if _, err := s.Apply(cctx, fsm.Command{Op: fsm.OpCancelWait, Name: req.Name, RequestID: req.RequestID}); err != nil {
+		s.log.Warn("leave wait queue failed; the lease will expire", "lock", req.Name, "err", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, err)
+	}
+	held := &fencelock.LockHeldError{Name: req.Name}
+	if l, ok := s.fsm.Get(req.Name); ok && l.Holder != nil {
+		held.Holder, held.Token = l.Holder.Holder, l.Holder.Token
+	}
+	return fencelock.Grant{}, s.withExpiry(held)
+}
+
+func grantOf(name fencelock.LockName, h fsm.Holder) fencelock.Grant {
+	return fencelock.Grant{Name: name, Token: h.Token, LeaseID: h.LeaseID, TTL: time.Duration(h.TTL)}
+}
+
+// withExpiry fills a LockHeldError's expiry from the lease table.
+func (s *Server) withExpiry(err error) error {
+	var held *fencelock.LockHeldError
+	if errors.As(err, &held) && held.Expires.IsZero() {
+		if t, ok := s.leases.expiry(held.Name, held.Token); ok {
+			held.Expires = t
+		}
+	}
+	return err
+}
+
+func validateGrantRef(name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) error {
+	if err := name.Validate(); err != nil {
+		return err
+	}
+	if err := id.Validate(); err != nil {
+		return err
+	}
+	if token == 0 {
+		return fmt.Errorf("token 0: %w", fencelock.ErrMissingToken)
+	}
+	return nil
+}
+
+// Renew extends the grant's lease by its TTL and returns the TTL. It writes
+// nothing to disk. Errors: ErrNotHolder (not the current grant),
+// ErrLeaseExpired (the lease ran out first), ErrNotLeader, invalid input.
+func (s *Server) Renew(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) (time.Duration, error) {
+	if err := validateGrantRef(name, id, token); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := s.raft.VerifyLeader().Error(); err != nil {
+		return 0, fmt.Errorf("renew %q: %w", name, s.notLeader())
+	}
+	ttl, r := s.leases.renew(name, id, token, time.Now())
+	switch r {
+	case renewed:
+		s.metrics.renewals.Inc()
+		return ttl, nil
+	case expiring:
+		return 0, fmt.Errorf("renew %q token %d: %w", name, token, fencelock.ErrLeaseExpired)
+	case notActive:
+		return 0, fmt.Errorf("renew %q: %w", name, s.notLeader())
+	}
+	if s.fsm.Expired(id) {
+		return 0, fmt.Errorf("renew %q token %d: %w", name, token, fencelock.ErrLeaseExpired)
+	}
+	return 0, fmt.Errorf("renew %q token %d: %w", name, token, fencelock.ErrNotHolder)
+}
+
+// Release ends the grant; the next waiter, if any, is granted in the same
+// entry. Errors: ErrNotHolder, ErrNotLeader, ErrUnavailable, invalid input.
+func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) error {
+	if err := validateGrantRef(name, id, token); err != nil {
+		return err
+	}
+	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: id, Token: token})
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		return res.Err
+	}
+	s.metrics.releases.Inc()
+	return nil
+}
+
+// LockInfo describes one lock.
+type LockInfo struct {
+	Name    fencelock.LockName
+	Holder  string // label; "" if the lock is free
+	Token   fencelock.Token
+	Expires time.Time // zero if unknown (not the leader) or free
+	TTL     time.Duration
+	Waiters []WaiterInfo
+}
+
+// WaiterInfo describes one queued Acquire.
+type WaiterInfo struct {
+	Holder string
+	TTL    time.Duration
+}
+
+func (s *Server) info(l fsm.Lock) LockInfo {
+	li := LockInfo{Name: l.Name}
+	if h := l.Holder; h != nil {
+		li.Holder, li.Token, li.TTL = h.Holder, h.Token, time.Duration(h.TTL)
+		li.Expires, _ = s.leases.expiry(l.Name, h.Token)
+	}
+	for _, w := range l.Waiters {
+		li.Waiters = append(li.Waiters, WaiterInfo{Holder: w.Holder, TTL: time.Duration(w.TTL)})
+	}
+	return li
+}
+
+// linearize waits until every entry committed before the call is applied
+// here and this node is still the leader, so a read reflects them.
+func (s *Server) linearize(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
+		return fmt.Errorf("read barrier: %v: %w", err, s.notLeader())
+	}
+	return nil
+}
+
+// Describe returns the named lock. Errors: ErrNotFound if nobody holds or
+// waits for it, ErrInvalidName, ErrNotLeader.
+func (s *Server) Describe(ctx context.Context, name fencelock.LockName) (LockInfo, error) {
+	if err := name.Validate(); err != nil {
+		return LockInfo{}, err
+	}
+	if err := s.linearize(ctx); err != nil {
+		return LockInfo{}, err
+	}
+	l, ok := s.fsm.Get(name)
+	if !ok {
+		return LockInfo{}, fmt.Errorf("describe %q: %w", name, fencelock.ErrNotFound)
+	}
+	return s.info(l), nil
+}
+
+// List returns up to size locks whose names start with prefix and sort after
+// pageToken (the last name of the previous page), and the next page token
+// ("" on the last page).
+func (s *Server) List(ctx context.Context, prefix, pageToken string, size int) ([]LockInfo, string, error) {
+	if size < 0 || size > MaxPageSize {
+		return nil, "", fmt.Errorf("page size %d is outside [0, %d]: %w", size, MaxPageSize, fencelock.ErrInvalidArgument)
+	}
+	if size == 0 {
+		size = defaultPageSize
+	}
+	if len(prefix) > fencelock.MaxNameLen || len(pageToken) > fencelock.MaxNameLen {
+		return nil, "", fmt.Errorf("prefix or page token longer than %d bytes: %w", fencelock.MaxNameLen, fencelock.ErrInvalidArgument)
+	}
+	if err := s.linearize(ctx); err != nil {
+		return nil, "", err
+	}
+	locks, more := s.fsm.List(prefix, pageToken, size)
+	out := make([]LockInfo, len(locks))
+	for i, l := range locks {
+		out[i] = s.info(l)
+	}
+	next := ""
+	if more && len(locks) > 0 {
+		next = string(locks[len(locks)-1].Name)
+	}
+	return out, next, nil
+}
+
+func (s *Server) notLeader() error {
+	return fmt.Errorf("node %s: %w", s.cfg.NodeID, fencelock.ErrNotLeader)
+}
