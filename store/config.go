@@ -1,0 +1,65 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/fencelock/fencelock"
+)
+
+// DefaultMaxObjectSize is the largest object body the store accepts unless
+// configured otherwise: 64 MiB.
+const DefaultMaxObjectSize int64 = 64 << 20
+
+// Config configures a Server.
+type Config struct {
+	// DataDir holds the store's database (store.db). Required; created if
+	// missing.
+	DataDir string
+
+	// MaxObjectSize is the largest body, in bytes, a PUT may carry; larger
+	// ones are refused with 413 and nothing is stored. Zero means
+	// DefaultMaxObjectSize.
+	MaxObjectSize int64
+
+	// DisableFencing makes the store accept every write regardless of its
+	// fencing token. It is unsafe: it exists only to demonstrate the
+	// corruption fencing prevents.
+	DisableFencing bool
+
+	// Logger receives the store's logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a configuration with every default filled in; only
+// DataDir is left to set.
+func DefaultConfig() Config {
+	return Config{MaxObjectSize: DefaultMaxObjectSize}
+}
+
+// Validate reports whether c can open a store. The error wraps
+// fencelock.ErrInvalidArgument.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("DataDir is empty: set the directory that holds the store's data"))
+	}
+	if c.MaxObjectSize < 0 {
+		errs = append(errs, fmt.Errorf("MaxObjectSize is %d: it must be positive, or 0 for the default", c.MaxObjectSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("validate store config: %w: %w", fencelock.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxObjectSize == 0 {
+		c.MaxObjectSize = DefaultMaxObjectSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

@@ -1,0 +1,142 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/fencelock/fencelock"
+)
+
+// The buckets of store.db.
+var (
+	bucketObjects     = []byte("objects")     // key -> JSON record
+	bucketData        = []byte("data")        // key -> body
+	bucketFences      = []byte("fences")      // domain -> highest token, 8 bytes big-endian
+	bucketIdempotency = []byte("idempotency") // Idempotency-Key -> JSON idempotencyRecord
+)
+
+// record is the metadata of an object's current version.
+type record struct {
+	ETag     string          `json:"etag"`
+	Token    fencelock.Token `json:"token"`
+	Domain   string          `json:"domain"`
+	Size     int64           `json:"size"`
+	Modified time.Time       `json:"modified"`
+}
+
+// idempotencyRecord is the first answer given to an Idempotency-Key.
+type idempotencyRecord struct {
+	Fingerprint []byte `json:"fingerprint"`
+	Answer      answer `json:"answer"`
+}
+
+func openDB(dir string) (*bolt.DB, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	path := filepath.Join(dir, "store.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: another store is using this data dir", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketObjects, bucketData, bucketFences, bucketIdempotency} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("initialize %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// highestIn returns the highest token of domain, and whether the domain has
+// accepted any token.
+func highestIn(tx *bolt.Tx, domain string) (fencelock.Token, bool) {
+	v := tx.Bucket(bucketFences).Get([]byte(domain))
+	if len(v) != 8 {
+		return 0, false
+	}
+	return fencelock.Token(binary.BigEndian.Uint64(v)), true
+}
+
+func setHighest(tx *bolt.Tx, domain string, token fencelock.Token) error {
+	if err := tx.Bucket(bucketFences).Put([]byte(domain), binary.BigEndian.AppendUint64(nil, uint64(token))); err != nil {
+		return fmt.Errorf("store highest token of %q: %w", domain, err)
+	}
+	return nil
+}
+
+// recordOf returns the metadata of key's current version.
+func recordOf(tx *bolt.Tx, key string) (record, bool, error) {
+	v := tx.Bucket(bucketObjects).Get([]byte(key))
+	if v == nil {
+		return record{}, false, nil
+	}
+	var rec record
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return record{}, false, fmt.Errorf("decode record of %q: %w", key, err)
+	}
+	return rec, true, nil
+}
+
+func putObject(tx *bolt.Tx, key string, rec record, data []byte) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode record of %q: %w", key, err)
+	}
+	if err := tx.Bucket(bucketObjects).Put([]byte(key), b); err != nil {
+		return fmt.Errorf("store record of %q: %w", key, err)
+	}
+	if err := tx.Bucket(bucketData).Put([]byte(key), data); err != nil {
+		return fmt.Errorf("store data of %q: %w", key, err)
+	}
+	return nil
+}
+
+func deleteObject(tx *bolt.Tx, key string) error {
+	if err := tx.Bucket(bucketObjects).Delete([]byte(key)); err != nil {
+		return fmt.Errorf("delete record of %q: %w", key, err)
+	}
+	if err := tx.Bucket(bucketData).Delete([]byte(key)); err != nil {
+		return fmt.Errorf("delete data of %q: %w", key, err)
+	}
+	return nil
+}
+
+func idempotencyOf(tx *bolt.Tx, key string) (idempotencyRecord, bool, error) {
+	v := tx.Bucket(bucketIdempotency).Get([]byte(key))
+	if v == nil {
+		return idempotencyRecord{}, false, nil
+	}
+	var rec idempotencyRecord
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return idempotencyRecord{}, false, fmt.Errorf("decode idempotency record: %w", err)
+	}
+	return rec, true, nil
+}
+
+func putIdempotency(tx *bolt.Tx, key string, rec idempotencyRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode idempotency record: %w", err)
+	}
+	if err := tx.Bucket(bucketIdempotency).Put([]byte(key), b); err != nil {
+		return fmt.Errorf("store idempotency record: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
+)
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	ans := errorAnswer(err)
+	if ans.Status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	ans.write(w)
+}
+
+// parseWrite reads and validates the headers every write shares.
+func (s *Server) parseWrite(r *http.Request, op opKind, key, domain string) (write, error) {
+	wr := write{op: op, key: key, domain: domain}
+	if op != opCheck {
+		if err := ValidateKey(key); err != nil {
+			return wr, err
+		}
+		if d := r.Header.Values(HeaderDomain); len(d) > 1 {
+			return wr, fmt.Errorf("%d %s headers, send one: %w", len(d), HeaderDomain, fencelock.ErrInvalidName)
+		} else if len(d) == 1 {
+			wr.domain = d[0]
+		} else {
+			wr.domain = key
+		}
+	}
+	if err := fence.ValidateDomain(wr.domain); err != nil {
+		return wr, err
+	}
+	tok, err := parseToken(r.Header)
+	if err != nil && !(s.cfg.DisableFencing && errors.Is(err, fencelock.ErrMissingToken)) {
+		return wr, err
+	}
+	wr.token = tok
+	wr.ifMatch = strings.TrimSpace(r.Header.Get("If-Match"))
+	wr.ifNoneMatch = strings.TrimSpace(r.Header.Get("If-None-Match"))
+	if wr.ifNoneMatch != "" && wr.ifNoneMatch != "*" {
+		return wr, fmt.Errorf("If-None-Match on a write must be *, got %q: %w", wr.ifNoneMatch, fencelock.ErrInvalidArgument)
+	}
+	if op == opCheck && (wr.ifMatch != "" || wr.ifNoneMatch != "") {
+		return wr, fmt.Errorf("a fence has no ETag, drop If-Match and If-None-Match: %w", fencelock.ErrInvalidArgument)
+	}
+	wr.idemKey = r.Header.Get(HeaderIdempotencyKey)
+	if err := validateIdempotencyKey(wr.idemKey); err != nil {
+		return wr, err
+	}
+	return wr, nil
+}
+
+func parseToken(h http.Header) (fencelock.Token, error) {
+	vals := h.Values(HeaderToken)
+	switch len(vals) {
+	case 0:
+		return 0, fmt.Errorf("the write has no %s header; send the fencing token of your lock grant: %w", HeaderToken, fencelock.ErrMissingToken)
+	case 1:
+	default:
+		return 0, fmt.Errorf("%d %s headers, send one: %w", len(vals), HeaderToken, fencelock.ErrInvalidToken)
+	}
+	tok, err := fencelock.ParseToken(strings.TrimSpace(vals[0]))
+	if err != nil {
+		return 0, fmt.Errorf("%s header: %w", HeaderToken, err)
+	}
+	return tok, nil
+}
+
+func validateIdempotencyKey(k string) error {
+	if len(k) > MaxIdempotencyKeyLen {
+		return fmt.Errorf("%s is %d bytes, the limit is %d: %w", HeaderIdempotencyKey, len(k), MaxIdempotencyKeyLen, fencelock.ErrInvalidArgument)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return fmt.Errorf("%s must be printable ASCII without spaces: %w", HeaderIdempotencyKey, fencelock.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// precheck refuses a stale write before its body is read, so a zombie does
+// not upload 64 MiB for nothing. The authoritative check is in apply. A
+// write whose Idempotency-Key was seen skips it: its first answer wins.
+func (s *Server) precheck(wr write) error {
+	if s.cfg.DisableFencing {
+		return nil
+	}
+	return s.db.View(func(tx *bolt.Tx) error {
+		if wr.idemKey != "" {
+			if _, seen, err := idempotencyOf(tx, wr.idemKey); err != nil || seen {
+				return err
+			}
+		}
+		highest, _ := highestIn(tx, wr.domain)
+		return fence.Admit(wr.domain, highest, wr.token)
+	})
+}
+
+func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, key string) {
+	wr, err := s.parseWrite(r, opPut, key, "")
+	if err != nil {
+		s.refuse(w, r, wr, err)
+		return
+	}
+	if r.ContentLength > s.cfg.MaxObjectSize {
+		s.fail(w, r, fmt.Errorf("body is %d bytes, the limit is %d: %w", r.ContentLength, s.cfg.MaxObjectSize, fencelock.ErrTooLarge))
+		return
+	}
+	if err := s.precheck(wr); err != nil {
+		s.refuse(w, r, wr, err)
+		return
+	}
+	wr.body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxObjectSize))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		s.fail(w, r, fmt.Errorf("body exceeds the limit of %d bytes: %w", s.cfg.MaxObjectSize, fencelock.ErrTooLarge))
+		return
+	}
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("read body: %w: %w", fencelock.ErrInvalidArgument, err))
+		return
+	}
+	s.applyAndAnswer(w, r, wr)
+}
+
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, key string) {
+	wr, err := s.parseWrite(r, opDelete, key, "")
+	if err != nil {
+		s.refuse(w, r, wr, err)
+		return
+	}
+	s.applyAndAnswer(w, r, wr)
+}
+
+func (s *Server) handlePostFence(w http.ResponseWriter, r *http.Request, domain string) {
+	wr, err := s.parseWrite(r, opCheck, "", domain)
+	if err != nil {
+		s.refuse(w, r, wr, err)
+		return
+	}
+	s.applyAndAnswer(w, r, wr)
+}
+
+// refuse answers a write refused before apply, counting fence refusals.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, wr write, err error) {
+	if errors.Is(err, fencelock.ErrStaleToken) || errors.Is(err, fencelock.ErrMissingToken) {
+		s.observe(wr, resultOf(err))
+	}
+	s.fail(w, r, err)
+}
+
+func (s *Server) applyAndAnswer(w http.ResponseWriter, r *http.Request, wr write) {
+	ans, replayed, err := s.apply(r.Context(), wr)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if replayed {
+		w.Header().Set(HeaderReplayed, "true")
+	}
+	ans.write(w)
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, key string) {
+	if err := ValidateKey(key); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var (
+		rec    record
+		exists bool
+		data   []byte
+	)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		if rec, exists, err = recordOf(tx, key); err != nil || !exists {
+			return err
+		}
+		data = append([]byte(nil), tx.Bucket(bucketData).Get([]byte(key))...)
+		return nil
+	})
+	switch {
+	case err != nil:
+		s.fail(w, r, fmt.Errorf("read object %q: %w", key, err))
+		return
+	case !exists:
+		s.fail(w, r, fmt.Errorf("object %q: %w", key, fencelock.ErrNotFound))
+		return
+	}
+	if im := strings.TrimSpace(r.Header.Get("If-Match")); im != "" && !etagMatches(im, rec.ETag) {
+		s.fail(w, r, fmt.Errorf("If-Match %s: the current ETag is %s: %w", im, rec.ETag, fencelock.ErrPreconditionFailed))
+		return
+	}
+	h := w.Header()
+	h.Set("ETag", rec.ETag)
+	h.Set(HeaderToken, rec.Token.String())
+	h.Set(HeaderDomain, rec.Domain)
+	h.Set("Last-Modified", rec.Modified.Format(http.TimeFormat))
+	if inm := strings.TrimSpace(r.Header.Get("If-None-Match")); inm != "" && etagMatches(inm, rec.ETag) {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(data)
+	}
+}
+
+func (s *Server) handleGetFence(w http.ResponseWriter, r *http.Request, domain string) {
+	if err := fence.ValidateDomain(domain); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var (
+		highest fencelock.Token
+		known   bool
+	)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		highest, known = highestIn(tx, domain)
+		return nil
+	})
+	switch {
+	case err != nil:
+		s.fail(w, r, fmt.Errorf("read fence %q: %w", domain, err))
+	case !known:
+		s.fail(w, r, fmt.Errorf("fence domain %q has accepted no token: %w", domain, fencelock.ErrNotFound))
+	default:
+		answer{Status: http.StatusOK, Body: mustJSON(FenceInfo{Domain: domain, Highest: highest})}.write(w)
+	}
+}

@@ -1,0 +1,57 @@
+package store
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the store's Prometheus metrics, in a registry of its own.
+type metrics struct {
+	registry *prometheus.Registry
+	writes   *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fencelock",
+			Subsystem: "store",
+			Name:      "writes_total",
+			Help: "Fenced writes (PUT, DELETE, fence POST) by fence domain and result: accepted, " +
+				"rejected_stale, rejected_missing_token, precondition_failed, not_found, and with " +
+				"fencing disabled unfenced or unfenced_stale (a write fencing would have refused).",
+		}, []string{"domain", "result"}),
+	}
+	m.registry.MustRegister(m.writes,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observe counts a decided write and logs refusals.
+func (s *Server) observe(w write, result string) {
+	s.metrics.writes.WithLabelValues(w.domain, result).Inc()
+	log := s.log.With("op", opName(w.op), "key", w.key, "domain", w.domain, "token", uint64(w.token))
+	switch result {
+	case resultAccepted, resultUnfenced:
+		log.Debug("write accepted")
+	case resultStale, resultMissingToken:
+		log.Info("write refused by the fence", "result", result)
+	case resultUnfencedStale:
+		log.Warn("FENCING DISABLED: accepted a write that fencing would have refused", "result", result)
+	default:
+		log.Debug("write not applied", "result", result)
+	}
+}
+
+func opName(op opKind) string {
+	switch op {
+	case opPut:
+		return "put"
+	case opDelete:
+		return "delete"
+	default:
+		return "check"
+	}
+}
