@@ -71,6 +71,16 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			if g == nil || g.Token == 0 {
 				return nil, fmt.Errorf("acquire %q: service returned no grant: %w", name, fencelock.ErrUnavailable)
 			}
+			if time.Since(start) > o.margin {
+				// Queued: the lease began at some unknown point after start.
+				// Renew at once so the lease context counts from a known point.
+				now := time.Now()
+				if _, err := c.Renew(ctx, name, fencelock.LeaseID(g.LeaseId), fencelock.Token(g.Token)); err == nil {
+					start = now
+				} else if errors.Is(err, fencelock.ErrNotHolder) || errors.Is(err, fencelock.ErrLeaseExpired) {
+					return nil, fmt.Errorf("acquire %q: grant lost before use: %w", name, err)
+				}
+			}
 			return c.newLock(g, start, o.margin), nil
 		}
 		if !o.waitSet && errors.Is(err, fencelock.ErrLockHeld) && ctx.Err() == nil {

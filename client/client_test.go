@@ -1,0 +1,151 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/server"
+)
+
+// startServer runs an in-process one-node service with a real Raft log in a
+// temp dir and returns its API address.
+func startServer(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	raftAddr := ln.Addr().String()
+	ln.Close()
+	cfg := server.DefaultConfig()
+	cfg.DataDir = tb.TempDir()
+	cfg.RaftAddr = raftAddr
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := server.Open(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.WaitReady(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	tb.Cleanup(func() {
+		hs.Close()
+		s.Close()
+	})
+	return hs.Listener.Addr().String()
+}
+
+func quietClient(tb testing.TB, addr string) *client.Client {
+	tb.Helper()
+	cfg := client.DefaultConfig(addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := client.NewFromConfig(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+func TestLock_ContextEndsOnNotHolderAnswer(t *testing.T) {
+	c := quietClient(t, startServer(t))
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "x", client.WithTTL(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone who knows the grant releases it behind the holder's back.
+	if err := c.Release(ctx, "x", l.LeaseID(), l.Token()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(2500 * time.Millisecond):
+		t.Fatal("lock context still live 2.5s after its grant ended")
+	}
+	if !errors.Is(l.Err(), fencelock.ErrNotHolder) {
+		t.Errorf("lock context ended with %v, want ErrNotHolder from the renewal (before the deadline)", l.Err())
+	}
+}
+
+func TestLock_KeepAliveHoldsPastTTL(t *testing.T) {
+	c := quietClient(t, startServer(t))
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "x", client.WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost while keep-alive ran: %v", err)
+	}
+	if _, err := c.TryAcquire(ctx, "x", client.WithTTL(time.Second)); !errors.Is(err, fencelock.ErrLockHeld) {
+		t.Errorf("second try-lock: got %v, want ErrLockHeld", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(l.Err(), client.ErrReleased) {
+		t.Errorf("after Release, Err() = %v, want ErrReleased", l.Err())
+	}
+}
+
+func TestDo_RunsWithTokenAndReleases(t *testing.T) {
+	c := quietClient(t, startServer(t))
+	ctx := context.Background()
+	var got fencelock.Token
+	err := client.Do(ctx, c, "job", func(ctx context.Context, token fencelock.Token) error {
+		got = token
+		if ctx.Err() != nil {
+			t.Error("critical section started with a dead context")
+		}
+		return errors.New("boom")
+	}, client.WithTTL(2*time.Second))
+	if err == nil || err.Error() != "boom" {
+		t.Errorf("Do returned %v, want fn's error", err)
+	}
+	if got == 0 {
+		t.Error("fn got token 0")
+	}
+	l, err := c.TryAcquire(ctx, "job", client.WithTTL(time.Second))
+	if err != nil {
+		t.Fatalf("lock not released after Do: %v", err)
+	}
+	if l.Token() <= got {
+		t.Errorf("next token %d not above %d", l.Token(), got)
+	}
+}
+
+func TestClient_ErrorsKeepIdentityAcrossTheWire(t *testing.T) {
+	c := quietClient(t, startServer(t))
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"empty name", func() error { _, err := c.TryAcquire(ctx, ""); return err }, fencelock.ErrInvalidName},
+		{"ttl too long", func() error { _, err := c.TryAcquire(ctx, "a", client.WithTTL(2*time.Hour)); return err }, fencelock.ErrInvalidTTL},
+		{"describe missing", func() error { _, err := c.Describe(ctx, "missing"); return err }, fencelock.ErrNotFound},
+		{"release unknown", func() error {
+			return c.Release(ctx, "a", fencelock.NewLeaseID(), 7)
+		}, fencelock.ErrNotHolder},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.call(); !errors.Is(err, tc.want) {
+				t.Errorf("got %v, want errors.Is %v", err, tc.want)
+			}
+		})
+	}
+}

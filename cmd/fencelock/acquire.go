@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/client"
+)
+
+// splitName parses flags that may come before or after the NAME argument and
+// returns NAME and the remaining arguments.
+func splitName(fs *flag.FlagSet, args []string) (string, []string, error) {
+	if err := parse(fs, args); err != nil {
+		return "", nil, err
+	}
+	if fs.NArg() == 0 {
+		return "", nil, usageErr("%s: missing lock NAME (see fencelock %s --help)", fs.Name(), fs.Name())
+	}
+	name := fs.Arg(0)
+	if err := parse(fs, fs.Args()[1:]); err != nil {
+		return "", nil, err
+	}
+	return name, fs.Args(), nil
+}
+
+func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("acquire", "acquire NAME [flags]\n\n"+
+		"Acquires lock NAME and prints the grant. Nothing renews the lease after\n"+
+		"this command exits: call \"fencelock renew\" within the TTL, and\n"+
+		"\"fencelock release\" when done. For a command, prefer \"fencelock lock\".", stderr)
+	newClient := clientFlags(fs)
+	ttl := fs.Duration("ttl", client.DefaultTTL, "lease TTL")
+	wait := &waitFlag{}
+	fs.Var(wait, "wait", "how long to wait for the lock: a duration, 0 to fail at once if held, or forever")
+	asJSON := fs.Bool("json", false, "print JSON")
+	name, rest, err := splitName(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usageErr("acquire takes one NAME, got extra %q", rest)
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	l, err := c.Acquire(ctx, name, append(wait.options(), client.WithTTL(*ttl))...)
+	if err != nil {
+		return err
+	}
+	g := grantJSON{Name: name, Token: l.Token(), LeaseID: l.LeaseID(), TTL: l.TTL().String()}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(g)
+	}
+	fmt.Fprintf(stdout, "lock=%s token=%d lease_id=%s ttl=%s\n", g.Name, g.Token, g.LeaseID, g.TTL)
+	return nil
+}
+
+type grantJSON struct {
+	Name    string            `json:"name"`
+	Token   fencelock.Token   `json:"token"`
+	LeaseID fencelock.LeaseID `json:"lease_id"`
+	TTL     string            `json:"ttl"`
+}
+
+// grantFlags adds --lease-id and --token, defaulting to the environment a
+// "fencelock lock" command provides.
+func grantFlags(fs *flag.FlagSet) (*string, *uint64) {
+	id := fs.String("lease-id", os.Getenv("FENCELOCK_LEASE_ID"), "the grant's lease id (env FENCELOCK_LEASE_ID)")
+	var def uint64
+	if t, err := fencelock.ParseToken(os.Getenv("FENCELOCK_TOKEN")); err == nil {
+		def = uint64(t)
+	}
+	tok := fs.Uint64("token", def, "the grant's fencing token (env FENCELOCK_TOKEN)")
+	return id, tok
+}
+
+func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("renew", "renew NAME --lease-id ID --token N [flags]", stderr)
+	newClient := clientFlags(fs)
+	id, tok := grantFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	name, rest, err := splitName(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usageErr("renew takes one NAME, got extra %q", rest)
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ttl, err := c.Renew(ctx, name, fencelock.LeaseID(*id), fencelock.Token(*tok))
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]string{"name": name, "ttl": ttl.String()})
+	}
+	fmt.Fprintf(stdout, "lock=%s renewed ttl=%s\n", name, ttl)
+	return nil
+}
+
+func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("release", "release NAME --lease-id ID --token N [flags]", stderr)
+	newClient := clientFlags(fs)
+	id, tok := grantFlags(fs)
+	name, rest, err := splitName(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usageErr("release takes one NAME, got extra %q", rest)
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.Release(ctx, name, fencelock.LeaseID(*id), fencelock.Token(*tok)); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "lock=%s released\n", name)
+	return nil
+}

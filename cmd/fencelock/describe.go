@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fencelock/fencelock/client"
+)
+
+func printLock(w io.Writer, li client.LockInfo) {
+	if li.Token == 0 {
+		fmt.Fprintf(w, "%s\tfree\n", li.Name)
+		return
+	}
+	exp := "unknown"
+	if !li.Expires.IsZero() {
+		exp = time.Until(li.Expires).Round(time.Millisecond).String()
+	}
+	fmt.Fprintf(w, "%s\ttoken=%d\tholder=%q\tttl=%s\texpires_in=%s\twaiters=%d\n",
+		li.Name, li.Token, li.Holder, li.TTL, exp, len(li.Waiters))
+}
+
+func runDescribe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("describe", "describe NAME [flags]", stderr)
+	newClient := clientFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	name, rest, err := splitName(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return usageErr("describe takes one NAME, got extra %q", rest)
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	li, err := c.Describe(ctx, name)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(li)
+	}
+	printLock(stdout, li)
+	for i, w := range li.Waiters {
+		fmt.Fprintf(stdout, "  waiter %d: holder=%q ttl=%s\n", i+1, w.Holder, w.TTL)
+	}
+	return nil
+}
+
+func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("list", "list [PREFIX] [flags]", stderr)
+	newClient := clientFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON, one object per line")
+	limit := fs.Int("limit", 0, "stop after this many locks (0: all)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		return usageErr("list takes at most one PREFIX, got %q", fs.Args())
+	}
+	c, err := newClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	enc := json.NewEncoder(stdout)
+	n, page := 0, ""
+	for {
+		locks, next, err := c.List(ctx, fs.Arg(0), page, 500)
+		if err != nil {
+			return err
+		}
+		for _, li := range locks {
+			if *limit > 0 && n >= *limit {
+				return nil
+			}
+			n++
+			if *asJSON {
+				if err := enc.Encode(li); err != nil {
+					return err
+				}
+			} else {
+				printLock(stdout, li)
+			}
+		}
+		if next == "" {
+			return nil
+		}
+		page = next
+	}
+}

@@ -1,0 +1,88 @@
+// Command fencelock is the fencelock lock service, its client tools and the
+// fenced object store, in one binary. Run "fencelock help" for the commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `fencelock: distributed locks with fencing tokens, enforced at the resource.
+
+Usage: fencelock COMMAND [flags] [args]
+
+Service:
+  serve      run a lock service node (one-node Raft group by default)
+  store      run the fenced object store (rejects writes with stale tokens)
+
+Locks:
+  lock       run a command while holding a lock (passes FENCELOCK_TOKEN)
+  acquire    acquire a lock and print its grant (for scripts)
+  renew      renew a grant's lease
+  release    release a grant
+  describe   show a lock's holder, token, expiry and waiters
+  list       list locks by name prefix
+
+Run "fencelock COMMAND --help" for a command's flags. Client commands find
+the service with --server or FENCELOCK_SERVER (comma-separated host:port list,
+default 127.0.0.1:7070).
+`
+
+type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+var commands = map[string]command{
+	"serve":    runServe,
+	"store":    runStore,
+	"lock":     runLock,
+	"acquire":  runAcquire,
+	"renew":    runRenew,
+	"release":  runRelease,
+	"describe": runDescribe,
+	"list":     runList,
+}
+
+// exitError carries a process exit status out of run.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(stdout, usage)
+		if len(args) == 0 {
+			return exitError{2}
+		}
+		return nil
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q: run \"fencelock help\" for the list", args[0])
+	}
+	return cmd(ctx, args[1:], stdout, stderr)
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	var ee exitError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return
+	case errors.As(err, &ee):
+		os.Exit(ee.code)
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "fencelock:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "fencelock:", err)
+		os.Exit(1)
+	}
+}
