@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/fencelock/fencelock"
@@ -127,6 +128,11 @@ func (c *Client) newWrite(ctx context.Context, method, url string, token fencelo
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.domain != "" {
+		if err := fence.ValidateDomain(o.domain); err != nil {
+			return nil, err
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", fencelock.ErrInvalidArgument, err)
@@ -198,9 +204,11 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, ObjectInfo, error
 		Size:   int64(buf.Len()),
 	}
 	if tok := resp.Header.Get(HeaderToken); tok != "" {
-		if info.Token, err = fencelock.ParseToken(tok); err != nil {
-			return nil, ObjectInfo{}, fmt.Errorf("get object %q: %w", key, err)
+		v, err := strconv.ParseUint(tok, 10, 64)
+		if err != nil {
+			return nil, ObjectInfo{}, fmt.Errorf("get object %q: %s header %q: %w", key, HeaderToken, tok, fencelock.ErrInvalidToken)
 		}
+		info.Token = fencelock.Token(v)
 	}
 	return buf.Bytes(), info, nil
 }

@@ -203,7 +203,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	h := w.Header()
 	h.Set("ETag", rec.ETag)
-	h.Set(HeaderToken, rec.Token.String())
+	if rec.Token != 0 { // only an unfenced store stores tokenless writes
+		h.Set(HeaderToken, rec.Token.String())
+	}
 	h.Set(HeaderDomain, rec.Domain)
 	h.Set("Last-Modified", rec.Modified.Format(http.TimeFormat))
 	if inm := strings.TrimSpace(r.Header.Get("If-None-Match")); inm != "" && etagMatches(inm, rec.ETag) {
