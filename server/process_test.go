@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,8 +155,12 @@ func TestServer_WaitersAreGrantedInFIFOOrder(t *testing.T) {
 	}
 	const n = 5
 	order := make(chan int, n)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for i := 0; i < n; i++ {
+		wg.Add(1)
 		go func() {
+			defer wg.Done()
 			l, err := c.Acquire(ctx, "fifo", client.WithTTL(10*time.Second), client.WithHolder(fmt.Sprint(i)))
 			if err != nil {
 				t.Errorf("waiter %d: %v", i, err)

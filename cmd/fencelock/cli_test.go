@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/testproc"
+)
+
+func TestLock_PassesTokenAndRefusesSecondHolder(t *testing.T) {
+	srv := testproc.StartServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	env := []string{"FENCELOCK_SERVER=" + srv.Addr}
+
+	out, code := testproc.Run(ctx, t, env, "lock", "job", "--", "sh", "-c", "echo token=$FENCELOCK_TOKEN lock=$FENCELOCK_LOCK")
+	m := regexp.MustCompile(`token=(\d+) lock=job`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("lock -- sh -c echo: exit %d, output %q; want the token printed", code, out)
+	}
+	first, _ := strconv.ParseUint(m[1], 10, 64)
+	if first == 0 {
+		t.Fatalf("token printed is 0")
+	}
+
+	// The first holder keeps the lock while its command runs.
+	holder := exec.CommandContext(ctx, testproc.Binary(t), "lock", "job", "--server", srv.Addr, "--", "sleep", "30")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Process.Kill(); _ = holder.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := testproc.Run(ctx, t, env, "describe", "job")
+		if strings.Contains(out, "token=") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("first holder never showed up in describe: %s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, code = testproc.Run(ctx, t, env, "lock", "job", "--wait", "0", "--", "true")
+	if code == 0 || !strings.Contains(out, "is held") {
+		t.Errorf("second lock --wait 0 while held: exit %d, output %q; want a failure saying the lock is held", code, out)
+	}
+
+	// The command's exit status is fencelock's.
+	out, code = testproc.Run(ctx, t, env, "lock", "other", "--", "sh", "-c", "exit 7")
+	if code != 7 {
+		t.Errorf("lock -- sh -c 'exit 7': exit %d (%q), want 7", code, out)
+	}
+}
+
+func TestRun_HelpAndUsageErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tests := []struct {
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		{[]string{"--help"}, 0, "Usage: fencelock COMMAND"},
+		{[]string{"serve", "--help"}, 0, "--data-dir"},
+		{[]string{"lock", "--help"}, 0, "FENCELOCK_TOKEN"},
+		{[]string{"nope"}, 1, "unknown command"},
+		{[]string{"lock"}, 2, "missing lock NAME"},
+		{[]string{"lock", "x"}, 2, "no COMMAND"},
+		{[]string{"acquire", "x", "--ttl", "banana"}, 2, "invalid value"},
+		{[]string{"acquire", "x", "--wait", "-3s"}, 2, "forever"},
+	}
+	for _, tc := range tests {
+		out, code := testproc.Run(ctx, t, nil, tc.args...)
+		if code != tc.wantCode || !strings.Contains(out, tc.wantOut) {
+			t.Errorf("fencelock %v: exit %d, output %q; want exit %d mentioning %q", tc.args, code, out, tc.wantCode, tc.wantOut)
+		}
+	}
+}
