@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/fencelock/fencelock/store"
+)
+
+const storeSynopsis = `store [flags]
+
+Run the fenced object store: an HTTP object store that refuses writes whose
+fencing token is lower than the highest its fence domain has accepted.
+
+  PUT    /v1/objects/{key}   headers Fencing-Token: N, Fencing-Domain: NAME (default: the key),
+                             If-Match, If-None-Match: *, Idempotency-Key
+  GET    /v1/objects/{key}   answers ETag, Fencing-Token and Fencing-Domain of the version
+  DELETE /v1/objects/{key}   fenced like PUT
+  POST   /v1/fences/{domain} raise a domain's highest token (Fencing-Token header)
+  GET    /v1/fences/{domain} read it
+  GET    /metrics, /healthz
+
+A stale token is 409 {"error":"stale_fencing_token","domain":..,"token":..,"highest":..},
+a missing token 428. The store prints "listening on http://ADDR" on stdout once
+it serves (use --listen 127.0.0.1:0 for a free port) and logs on stderr.
+
+Example:
+  fencelock store --listen 127.0.0.1:7080 --data-dir ./store-data
+  curl -X PUT -H 'Fencing-Token: 34' --data-binary @report.pdf \
+    http://127.0.0.1:7080/v1/objects/reports/report.pdf`
+
+func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := store.DefaultConfig()
+	fs := newFlags("store", storeSynopsis, stderr)
+	listen := fs.String("listen", "127.0.0.1:7080", "HTTP address to serve on")
+	fs.StringVar(&cfg.DataDir, "data-dir", "./fencelock-store", "directory of the store's database (created if missing)")
+	maxSize := sizeFlag(cfg.MaxObjectSize)
+	fs.Var(&maxSize, "max-object-size", "largest object body accepted, in bytes or with a KiB, MiB or GiB suffix")
+	fs.BoolVar(&cfg.DisableFencing, "no-fencing", false, "UNSAFE: accept every write whatever its token (for the split-brain demo only)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageErr("store takes no arguments, got %q (see fencelock store --help)", fs.Args())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usageErr("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	cfg.MaxObjectSize = int64(maxSize)
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := cfg.Validate(); err != nil {
+		return usageErr("%v", err)
+	}
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	s, err := store.Open(cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	cfg.Logger.Info("fencelock store serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
+	serveErr := s.Serve(ctx, ln) // closes ln
+	cfg.Logger.Info("fencelock store stopped")
+	return errors.Join(serveErr, s.Close())
+}
+
+// sizeFlag is a byte count that accepts KiB, MiB and GiB suffixes.
+type sizeFlag int64
+
+func (f *sizeFlag) String() string { return strconv.FormatInt(int64(*f), 10) }
+
+func (f *sizeFlag) Set(s string) error {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return fmt.Errorf("want a positive size such as 67108864 or 64MiB")
+	}
+	*f = sizeFlag(n * mult)
+	return nil
+}
