@@ -1,0 +1,151 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
+)
+
+// FenceTable is the table of the domain fence.
+const FenceTable = "fencelock_fences"
+
+// FenceTableSQL creates the domain fence's table. Run it with
+// CreateFenceTable, or add it to your migrations.
+const FenceTableSQL = `CREATE TABLE IF NOT EXISTS fencelock_fences (
+    domain TEXT PRIMARY KEY,
+    token  BIGINT NOT NULL CHECK (token > 0)
+)`
+
+const (
+	checkSQL = `INSERT INTO fencelock_fences AS f (domain, token) VALUES ($1, $2)
+ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token
+WHERE f.token <= EXCLUDED.token
+RETURNING f.token`
+	highestSQL = `SELECT token FROM fencelock_fences WHERE domain = $1`
+)
+
+// Querier runs statements: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DB is a database Fence can open transactions on: a *pgxpool.Pool or a
+// *pgx.Conn.
+type DB interface {
+	Querier
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// CreateFenceTable creates the fencelock_fences table if it does not exist.
+func CreateFenceTable(ctx context.Context, db Querier) error {
+	if _, err := db.Exec(ctx, FenceTableSQL); err != nil {
+		return fmt.Errorf("create table %s: %w", FenceTable, err)
+	}
+	return nil
+}
+
+// dbToken checks that token fits in a BIGINT.
+func dbToken(token fencelock.Token) (int64, error) {
+	if token > math.MaxInt64 {
+		return 0, fmt.Errorf("token %d does not fit in a BIGINT: %w", token, fencelock.ErrInvalidToken)
+	}
+	return int64(token), nil
+}
+
+// Check fences tx in domain: it accepts token if it is at least the highest
+// token the domain has accepted, stores it as the new highest, and keeps the
+// domain's row locked until tx ends, so the rest of tx is fenced. Call it
+// before tx's writes. It returns a *fencelock.StaleTokenError for a lower
+// token, after which tx must be rolled back; an error wrapping
+// fencelock.ErrMissingToken for 0, ErrInvalidToken for a token above
+// math.MaxInt64, and ErrInvalidName for a malformed domain. The table must
+// exist (CreateFenceTable).
+func Check(ctx context.Context, tx pgx.Tx, domain string, token fencelock.Token) error {
+	if err := fence.ValidateDomain(domain); err != nil {
+		return fmt.Errorf("check fence: %w", err)
+	}
+	if err := fence.Admit(domain, 0, token); err != nil {
+		return err
+	}
+	tok, err := dbToken(token)
+	if err != nil {
+		return fmt.Errorf("check fence %q: %w", domain, err)
+	}
+	var stored int64
+	err = tx.QueryRow(ctx, checkSQL, domain, tok).Scan(&stored)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("check fence %q: %w", domain, err)
+	}
+	// The row exists with a higher token; the upsert locked it, so this
+	// read sees the value that refused us.
+	if err := tx.QueryRow(ctx, highestSQL, domain).Scan(&stored); err != nil {
+		return fmt.Errorf("check fence %q: read highest token: %w", domain, err)
+	}
+	if err := fence.Admit(domain, fencelock.Token(stored), token); err != nil {
+		return err
+	}
+	return fmt.Errorf("check fence %q: token %d refused although the highest token is %d", domain, token, stored)
+}
+
+// Highest returns the highest token domain has accepted, or 0, as seen by db.
+func Highest(ctx context.Context, db Querier, domain string) (fencelock.Token, error) {
+	if err := fence.ValidateDomain(domain); err != nil {
+		return 0, fmt.Errorf("read highest token: %w", err)
+	}
+	var stored int64
+	err := db.QueryRow(ctx, highestSQL, domain).Scan(&stored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read highest token of %q: %w", domain, err)
+	}
+	return fencelock.Token(stored), nil
+}
+
+var _ fencelock.Fence = (*Fence)(nil)
+
+// Fence is the domain fence over a database. It is safe for concurrent use
+// if its DB is (a *pgxpool.Pool is).
+type Fence struct {
+	db DB
+}
+
+// New returns the domain fence of db. The fencelock_fences table must exist
+// (CreateFenceTable).
+func New(db DB) *Fence { return &Fence{db: db} }
+
+// Do runs fn in a transaction fenced in domain by token: Check first, then
+// fn, then commit. If Check refuses the token or fn fails, the transaction
+// rolls back and Do returns that error; Check's errors are those documented
+// on Check.
+func (f *Fence) Do(ctx context.Context, domain string, token fencelock.Token, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, f.db, func(tx pgx.Tx) error {
+		if err := Check(ctx, tx, domain, token); err != nil {
+			return err
+		}
+		return fn(ctx, tx)
+	})
+}
+
+// Check raises domain's highest token to token in a transaction of its own,
+// writing nothing else. See the package function Check for the errors.
+func (f *Fence) Check(ctx context.Context, domain string, token fencelock.Token) error {
+	return f.Do(ctx, domain, token, func(context.Context, pgx.Tx) error { return nil })
+}
+
+// Highest returns the highest token domain has accepted, or 0.
+func (f *Fence) Highest(ctx context.Context, domain string) (fencelock.Token, error) {
+	return Highest(ctx, f.db, domain)
+}
