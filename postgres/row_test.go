@@ -1,0 +1,178 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/postgres"
+)
+
+// ordersDB creates the seeds' orders table with order 42 pending, and adds
+// the fence column (twice: AddFenceColumn is idempotent).
+func ordersDB(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	db := newTestDB(tb)
+	pool := db.pool(tb)
+	db.exec(tb, pool, `CREATE TABLE orders (id INT PRIMARY KEY, status TEXT NOT NULL, paid_amount NUMERIC)`)
+	db.exec(tb, pool, `INSERT INTO orders (id, status) VALUES (42, 'pending')`)
+	for range 2 {
+		if err := postgres.AddFenceColumn(tb.Context(), pool, "orders"); err != nil {
+			tb.Fatalf("AddFenceColumn returned %v", err)
+		}
+	}
+	return pool
+}
+
+// pay is the seeds' process_payment: pending -> paid, fenced by token.
+func pay(ctx context.Context, db postgres.Querier, orderID int, amount int, token fencelock.Token) (bool, error) {
+	return postgres.NewUpdate("orders", token).
+		Set("status", "paid").
+		Set("paid_amount", amount).
+		Key("id", orderID).
+		Where("status", "pending").
+		Exec(ctx, db)
+}
+
+func TestUpdate_Exec(t *testing.T) {
+	pool := ordersDB(t)
+	ctx := t.Context()
+	// Steps run in order on one order, each seeing the previous ones.
+	steps := []struct {
+		name        string
+		order       int
+		token       fencelock.Token
+		wantApplied bool
+		wantErr     error
+	}{
+		{name: "B pays with 34", order: 42, token: 34, wantApplied: true},
+		{name: "A wakes up and pays with 33: stale", order: 42, token: 33, wantErr: fencelock.ErrStaleToken},
+		{name: "B retries with 34: already paid, not an error", order: 42, token: 34},
+		{name: "C pays with 35: already paid, not an error", order: 42, token: 35},
+		{name: "token 0", order: 42, token: 0, wantErr: fencelock.ErrMissingToken},
+		{name: "token beyond BIGINT", order: 42, token: math.MaxInt64 + 1, wantErr: fencelock.ErrInvalidToken},
+		{name: "no such order", order: 7, token: 50, wantErr: fencelock.ErrNotFound},
+	}
+	for _, s := range steps {
+		applied, err := pay(ctx, pool, s.order, 100, s.token)
+		if applied != s.wantApplied || !errors.Is(err, s.wantErr) || (err != nil) != (s.wantErr != nil) {
+			t.Fatalf("%s: Exec = %v, %v; want %v, %v", s.name, applied, err, s.wantApplied, s.wantErr)
+		}
+		var stale *fencelock.StaleTokenError
+		if errors.As(err, &stale) && (stale.Token != 33 || stale.Highest != 34 || stale.Domain != "orders(id=42)") {
+			t.Fatalf("%s: StaleTokenError is %+v, want token 33, highest 34, domain orders(id=42)", s.name, *stale)
+		}
+	}
+	var status string
+	var last int64
+	if err := pool.QueryRow(ctx, `SELECT status, last_fence FROM orders WHERE id = 42`).Scan(&status, &last); err != nil {
+		t.Fatal(err)
+	}
+	if status != "paid" || last != 34 {
+		t.Fatalf("order 42 ends %s with last_fence %d, want paid with 34", status, last)
+	}
+}
+
+func TestUpdate_SQL(t *testing.T) {
+	tests := []struct {
+		name     string
+		update   *postgres.Update
+		wantSQL  string
+		wantArgs int
+		wantErr  error
+	}{
+		{
+			name:     "process_payment",
+			update:   postgres.NewUpdate("orders", 34).Set("status", "paid").Set("paid_amount", 100).Key("id", 42).Where("status", "pending"),
+			wantSQL:  `UPDATE "orders" SET "status" = $1, "paid_amount" = $2, last_fence = $3 WHERE "id" = $4 AND "status" = $5 AND last_fence <= $3`,
+			wantArgs: 5,
+		},
+		{
+			name:     "schema-qualified, quoted identifiers",
+			update:   postgres.NewUpdate(`billing.Orders`, 1).Set(`a"b`, 1).Key("id", 1),
+			wantSQL:  `UPDATE "billing"."Orders" SET "a""b" = $1, last_fence = $2 WHERE "id" = $3 AND last_fence <= $2`,
+			wantArgs: 3,
+		},
+		{name: "no key", update: postgres.NewUpdate("orders", 34).Set("status", "paid"), wantErr: fencelock.ErrInvalidArgument},
+		{name: "setting the fence column", update: postgres.NewUpdate("orders", 34).Set("last_fence", 0).Key("id", 1), wantErr: fencelock.ErrInvalidArgument},
+		{name: "token 0", update: postgres.NewUpdate("orders", 0).Key("id", 1), wantErr: fencelock.ErrMissingToken},
+		{name: "empty table name", update: postgres.NewUpdate("", 1).Key("id", 1), wantErr: fencelock.ErrInvalidName},
+		{name: "empty column name", update: postgres.NewUpdate("t", 1).Key("", 1), wantErr: fencelock.ErrInvalidName},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sql, args, err := tt.update.SQL()
+			if !errors.Is(err, tt.wantErr) || (err != nil) != (tt.wantErr != nil) {
+				t.Fatalf("SQL() error = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if sql != tt.wantSQL || len(args) != tt.wantArgs {
+				t.Fatalf("SQL() = %s with %d args,\nwant   %s with %d args", sql, len(args), tt.wantSQL, tt.wantArgs)
+			}
+		})
+	}
+}
+
+// TestUpdate_Exec_concurrent runs two fenced updates of one row at once; the
+// second waits on the row lock of the first.
+func TestUpdate_Exec_concurrent(t *testing.T) {
+	tests := []struct {
+		name          string
+		first, second fencelock.Token
+		wantSecondErr error
+		wantBody      string
+	}{
+		{name: "33 then 34", first: 33, second: 34, wantBody: "34"},
+		{name: "34 then 33", first: 34, second: 33, wantSecondErr: fencelock.ErrStaleToken, wantBody: "34"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db := newTestDB(t)
+			pool := db.pool(t)
+			db.exec(t, pool, `CREATE TABLE docs (id INT PRIMARY KEY, body TEXT NOT NULL DEFAULT '')`)
+			db.exec(t, pool, `INSERT INTO docs (id) VALUES (1)`)
+			if err := postgres.AddFenceColumn(t.Context(), pool, "docs"); err != nil {
+				t.Fatal(err)
+			}
+			err := runPair(t, pool, tt.first, tt.second, true, func(ctx context.Context, tx pgx.Tx, tok fencelock.Token) error {
+				applied, err := postgres.NewUpdate("docs", tok).Set("body", tok.String()).Key("id", 1).Exec(ctx, tx)
+				if err == nil && !applied {
+					return errors.New("update not applied, and no error")
+				}
+				return err
+			})
+			if !errors.Is(err, tt.wantSecondErr) || (err != nil) != (tt.wantSecondErr != nil) {
+				t.Fatalf("second update (token %d) returned %v, want %v", tt.second, err, tt.wantSecondErr)
+			}
+			var body string
+			if err := pool.QueryRow(t.Context(), `SELECT body FROM docs WHERE id = 1`).Scan(&body); err != nil {
+				t.Fatal(err)
+			}
+			if body != tt.wantBody {
+				t.Fatalf("docs 1 holds %q, want %q", body, tt.wantBody)
+			}
+		})
+	}
+}
+
+func TestAddFenceColumn(t *testing.T) {
+	pool := ordersDB(t)
+	var def string
+	err := pool.QueryRow(t.Context(), `SELECT data_type || ' ' || is_nullable || ' ' || column_default
+		FROM information_schema.columns WHERE table_name = 'orders' AND column_name = 'last_fence'
+		AND table_schema = current_schema()`).Scan(&def)
+	if err != nil || !strings.HasPrefix(def, "bigint NO 0") {
+		t.Fatalf("last_fence column is %q (%v), want bigint NOT NULL DEFAULT 0", def, err)
+	}
+	if err := postgres.AddFenceColumn(t.Context(), pool, "missing_table"); err == nil {
+		t.Fatal("AddFenceColumn on a missing table returned nil, want an error")
+	}
+}
