@@ -29,7 +29,7 @@ func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, t
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("renew %q token %d: %w", name, token, err)
+		return 0, fmt.Errorf("renew: %w", err)
 	}
 	return ttl, nil
 }
@@ -48,7 +48,7 @@ func (c *Client) Release(ctx context.Context, name string, id fencelock.LeaseID,
 		return nil // an earlier attempt whose answer was lost did release it
 	}
 	if err != nil {
-		return fmt.Errorf("release %q token %d: %w", name, token, err)
+		return fmt.Errorf("release: %w", err)
 	}
 	return nil
 }

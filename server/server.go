@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +59,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
 	s.store = store
-	raftLog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: os.Stderr})
+	raftLog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}})
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, raftLog)
 	if err != nil {
 		store.Close()
@@ -255,4 +256,12 @@ func (o *observer) Granted(name fencelock.LockName, h fsm.Holder) {
 
 func (o *observer) Ended(name fencelock.LockName, token fencelock.Token) {
 	(*Server)(o).leases.ended(name, token)
+}
+
+// slogWriter routes Raft's own log lines into the server's slog logger.
+type slogWriter struct{ log *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.log.Warn(strings.TrimSpace(string(p)), "component", "raft")
+	return len(p), nil
 }

@@ -17,6 +17,9 @@ const usage = `fencelock: distributed locks with fencing tokens, enforced at the
 
 Usage: fencelock COMMAND [flags] [args]
 
+Start here:
+  demo       reproduce the split-brain scenario, with and without fencing
+
 Service:
   serve      run a lock service node (one-node Raft group by default)
   store      run the fenced object store (rejects writes with stale tokens)
@@ -29,6 +32,9 @@ Locks:
   describe   show a lock's holder, token, expiry and waiters
   list       list locks by name prefix
 
+Internal:
+  demo-worker  one worker process of the demo (started by demo)
+
 Run "fencelock COMMAND --help" for a command's flags. Client commands find
 the service with --server or FENCELOCK_SERVER (comma-separated host:port list,
 default 127.0.0.1:7070).
@@ -37,14 +43,16 @@ default 127.0.0.1:7070).
 type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 var commands = map[string]command{
-	"serve":    runServe,
-	"store":    runStore,
-	"lock":     runLock,
-	"acquire":  runAcquire,
-	"renew":    runRenew,
-	"release":  runRelease,
-	"describe": runDescribe,
-	"list":     runList,
+	"demo":        runDemo,
+	"demo-worker": runDemoWorker,
+	"serve":       runServe,
+	"store":       runStore,
+	"lock":        runLock,
+	"acquire":     runAcquire,
+	"renew":       runRenew,
+	"release":     runRelease,
+	"describe":    runDescribe,
+	"list":        runList,
 }
 
 // exitError carries a process exit status out of run.

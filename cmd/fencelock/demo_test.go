@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/internal/testproc"
+)
+
+func TestDemo_FencingStopsThePausedWriterAndItsAbsenceCorrupts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code := testproc.Run(ctx, t, nil, "demo", "--json", "--ttl", "1s", "--pause", "2500ms")
+	if code != 0 {
+		t.Fatalf("demo exited %d:\n%s", code, out)
+	}
+	type key struct{ act, actor, kind string }
+	events := map[key][]demoEvent{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var e demoEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("demo --json printed a non-JSON line %q", sc.Text())
+		}
+		events[key{e.Act, e.Actor, e.Kind}] = append(events[key{e.Act, e.Actor, e.Kind}], e)
+	}
+	one := func(act, actor, kind string) demoEvent {
+		t.Helper()
+		es := events[key{act, actor, kind}]
+		if len(es) != 1 {
+			t.Fatalf("act %s: want one %q event from %s, got %d\n%s", act, kind, actor, len(es), out)
+		}
+		return es[0]
+	}
+
+	// Fenced act: A's late write is rejected with A's older token.
+	aTok := one("fenced", "A", "acquired").Token
+	bTok := one("fenced", "B", "acquired").Token
+	if aTok >= bTok {
+		t.Errorf("fenced act: A's token %d is not below B's %d", aTok, bTok)
+	}
+	rej := one("fenced", "A", "rejected")
+	if rej.Token != aTok || rej.Highest != bTok || rej.Status != 409 {
+		t.Errorf("fenced act: rejection %+v, want A's token %d refused with 409 against highest %d", rej, aTok, bTok)
+	}
+	if stop := one("fenced", "A", "stopping"); !strings.Contains(stop.Detail, "lease context done") {
+		t.Errorf("fenced act: A stopped with %q, want its lease context done", stop.Detail)
+	}
+	var bContent strings.Builder
+	for _, e := range events[key{"fenced", "B", "wrote"}] {
+		bContent.WriteString(e.Line)
+	}
+	v := one("fenced", "demo", "verdict")
+	if v.Intact == nil || !*v.Intact || v.Content != bContent.String() {
+		t.Errorf("fenced act: final report %q (intact %v), want exactly B's %q", v.Content, v.Intact, bContent.String())
+	}
+
+	// Unfenced act: A's late write lands and the demo detects the corruption.
+	if n := len(events[key{"unfenced", "A", "rejected"}]); n != 0 {
+		t.Errorf("unfenced act: %d rejections, want none", n)
+	}
+	u := one("unfenced", "demo", "verdict")
+	if u.Intact == nil || *u.Intact || !strings.Contains(u.Content, "worker A") || !strings.Contains(u.Content, "worker B") {
+		t.Errorf("unfenced act: verdict %+v, want corruption with sections of both workers", u)
+	}
+}
