@@ -1,0 +1,27 @@
+// Package redis fences writes to Redis when Redis is the protected resource:
+// each write runs in one Lua script that checks the fence domain's highest
+// token, raises it, and performs the write (SET, HSET or DEL), so no other
+// command can slip between check and write.
+//
+// # Guarantees
+//
+// A write is applied if and only if its token is at least the highest token
+// its domain has accepted; the domain's highest token (a string key,
+// "fencelock:fence:{DOMAIN}" by default) is raised before the write in the
+// same script. A refused write changes nothing and returns a
+// *fencelock.StaleTokenError. Tokens are compared as decimal strings, so the
+// full uint64 range is exact (Lua numbers are not).
+//
+// # Limits
+//
+// The highest tokens are as durable as the Redis server: without
+// appendonly yes and appendfsync always, a crash can lose a raised token and
+// readmit a stale holder; with asynchronous replication, a failover can do
+// the same (the seeds' warning about INCR tokens applies to fences too). Use
+// Redis as a fenced resource only where that is acceptable, or fence in
+// PostgreSQL or the object store. In Redis Cluster, every key a script
+// touches must hash to one slot: the fence key carries the domain as a hash
+// tag, so name your data keys with the same tag, e.g. "{order:42}:status".
+// Only writes made through Fence are fenced: a plain SET elsewhere bypasses
+// the check.
+package redis

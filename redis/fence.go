@@ -1,0 +1,195 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
+)
+
+// DefaultKeyPrefix starts the key holding a domain's highest token.
+const DefaultKeyPrefix = "fencelock:fence:"
+
+// fencedWrite checks and raises the domain's highest token, then writes.
+//
+// KEYS[1] is the domain's fence key, KEYS[2..] the keys the write touches.
+// ARGV[1] is the token in decimal, ARGV[2] the operation (check, set, hset,
+// del), ARGV[3..] its arguments. It returns {1, token} when applied and
+// {0, highest} when the token is stale. Everything is validated before the
+// first write, because Redis does not undo a script's writes on error.
+var fencedWrite = goredis.NewScript(`
+local function less(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local token, op = ARGV[1], ARGV[2]
+if not string.match(token, '^[1-9][0-9]*$') then
+  return redis.error_reply('ERR fencelock: token must be a positive decimal integer')
+end
+if op ~= 'check' and op ~= 'set' and op ~= 'hset' and op ~= 'del' then
+  return redis.error_reply('ERR fencelock: unknown operation')
+end
+local highest = redis.call('GET', KEYS[1])
+if highest and less(token, highest) then
+  return {0, highest}
+end
+if not highest or less(highest, token) then
+  redis.call('SET', KEYS[1], token)
+end
+if op == 'set' then
+  if ARGV[4] ~= '0' then
+    redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
+  else
+    redis.call('SET', KEYS[2], ARGV[3])
+  end
+elseif op == 'hset' then
+  redis.call('HSET', KEYS[2], unpack(ARGV, 3))
+elseif op == 'del' then
+  redis.call('DEL', unpack(KEYS, 2))
+end
+return {1, token}
+`)
+
+var readHighest = goredis.NewScript(`return redis.call('GET', KEYS[1])`)
+
+var _ fencelock.Fence = (*Fence)(nil)
+
+// Fence makes fenced writes to a Redis server. It is safe for concurrent use.
+type Fence struct {
+	rdb    goredis.Scripter
+	prefix string
+}
+
+// Option configures a Fence.
+type Option func(*Fence)
+
+// WithKeyPrefix stores highest tokens under prefix + "{" + domain + "}"
+// instead of DefaultKeyPrefix.
+func WithKeyPrefix(prefix string) Option {
+	return func(f *Fence) { f.prefix = prefix }
+}
+
+// New returns a fence writing through rdb (a *redis.Client, *redis.Ring or
+// *redis.ClusterClient).
+func New(rdb goredis.Scripter, opts ...Option) *Fence {
+	f := &Fence{rdb: rdb, prefix: DefaultKeyPrefix}
+	for _, opt := range opts {
+		opt(f)
+	}
+	return f
+}
+
+// FenceKey returns the Redis key holding domain's highest token.
+func (f *Fence) FenceKey(domain string) string { return f.prefix + "{" + domain + "}" }
+
+// run runs one fenced operation.
+func (f *Fence) run(ctx context.Context, domain string, token fencelock.Token, op string, keys []string, args ...any) error {
+	if err := fence.ValidateDomain(domain); err != nil {
+		return err
+	}
+	if err := fence.Admit(domain, 0, token); err != nil {
+		return err
+	}
+	res, err := fencedWrite.Run(ctx, f.rdb, append([]string{f.FenceKey(domain)}, keys...),
+		append([]any{token.String(), op}, args...)...).Slice()
+	if err != nil {
+		return fmt.Errorf("run fenced %s: %w", op, err)
+	}
+	if len(res) != 2 {
+		return fmt.Errorf("run fenced %s: script returned %v", op, res)
+	}
+	if status, _ := res[0].(int64); status == 1 {
+		return nil
+	}
+	s, _ := res[1].(string)
+	highest, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return fmt.Errorf("run fenced %s: fence key %s holds %q, not a token", op, f.FenceKey(domain), s)
+	}
+	return fence.Admit(domain, fencelock.Token(highest), token)
+}
+
+// Set sets key to value (with an expiration unless it is 0), fenced by token
+// in domain. It returns a *fencelock.StaleTokenError if the domain has
+// accepted a higher token, and errors wrapping fencelock.ErrMissingToken for
+// token 0 and fencelock.ErrInvalidName for a malformed domain.
+func (f *Fence) Set(ctx context.Context, domain string, token fencelock.Token, key string, value any, expiration time.Duration) error {
+	if expiration < 0 {
+		return fmt.Errorf("fenced set of %q: negative expiration %v: %w", key, expiration, fencelock.ErrInvalidArgument)
+	}
+	if expiration > 0 && expiration < time.Millisecond {
+		expiration = time.Millisecond
+	}
+	if err := f.run(ctx, domain, token, "set", []string{key}, value, expiration.Milliseconds()); err != nil {
+		return fmt.Errorf("fenced set of %q: %w", key, err)
+	}
+	return nil
+}
+
+// HSet sets fields of the hash at key, fenced by token in domain. It returns
+// Set's errors, and one wrapping fencelock.ErrInvalidArgument without fields.
+func (f *Fence) HSet(ctx context.Context, domain string, token fencelock.Token, key string, fields map[string]any) error {
+	if len(fields) == 0 {
+		return fmt.Errorf("fenced hset of %q: no fields: %w", key, fencelock.ErrInvalidArgument)
+	}
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	args := make([]any, 0, 2*len(fields))
+	for _, name := range names {
+		args = append(args, name, fields[name])
+	}
+	if err := f.run(ctx, domain, token, "hset", []string{key}, args...); err != nil {
+		return fmt.Errorf("fenced hset of %q: %w", key, err)
+	}
+	return nil
+}
+
+// Del deletes keys, fenced by token in domain. It returns Set's errors, and
+// one wrapping fencelock.ErrInvalidArgument without keys.
+func (f *Fence) Del(ctx context.Context, domain string, token fencelock.Token, keys ...string) error {
+	if len(keys) == 0 {
+		return fmt.Errorf("fenced del: no keys: %w", fencelock.ErrInvalidArgument)
+	}
+	if err := f.run(ctx, domain, token, "del", keys); err != nil {
+		return fmt.Errorf("fenced del of %q: %w", keys, err)
+	}
+	return nil
+}
+
+// Check raises domain's highest token to token without writing anything
+// else. It returns Set's errors.
+func (f *Fence) Check(ctx context.Context, domain string, token fencelock.Token) error {
+	if err := f.run(ctx, domain, token, "check", nil); err != nil {
+		return fmt.Errorf("check fence: %w", err)
+	}
+	return nil
+}
+
+// Highest returns the highest token domain has accepted, or 0.
+func (f *Fence) Highest(ctx context.Context, domain string) (fencelock.Token, error) {
+	if err := fence.ValidateDomain(domain); err != nil {
+		return 0, fmt.Errorf("read highest token: %w", err)
+	}
+	s, err := readHighest.Run(ctx, f.rdb, []string{f.FenceKey(domain)}).Text()
+	if errors.Is(err, goredis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read highest token of %q: %w", domain, err)
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read highest token of %q: fence key holds %q, not a token", domain, s)
+	}
+	return fencelock.Token(v), nil
+}
