@@ -4,7 +4,8 @@
 // every resource (the memory fence, the object store over HTTP, PostgreSQL,
 // Redis, or your own) is held to the same definition of fencing. PostgresDSN
 // and RedisAddr find the throwaway servers that scripts/services.sh starts,
-// and skip (or, in CI, fail) the test when there are none.
+// and skip (or, in CI, fail) the test when there are none. StartStore serves
+// a fenced object store on loopback for one test.
 //
 // It is meant for _test.go files only; production code must not import it.
 package fencelocktest

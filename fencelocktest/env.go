@@ -39,12 +39,13 @@ func fromEnv(tb testing.TB, name, server string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
 	}
-	msg := "skipping: this test needs a " + server + " server and " + name + " is not set. " +
+	msg := "this test needs a " + server + " server and " + name + " is not set. " +
 		"Start throwaway servers with:\n\tdir=$(mktemp -d); eval \"$(bash scripts/services.sh up \"$dir\")\"\n" +
 		"then run the tests again, and stop them with: bash scripts/services.sh down \"$dir\""
 	if os.Getenv(EnvCI) != "" {
-		tb.Fatal("CI is set, so tests needing servers must run: " + msg)
+		tb.Fatal("CI is set, so tests needing servers must run, but " + msg)
+		return ""
 	}
-	tb.Skip(msg)
+	tb.Skip("skipping: " + msg)
 	return ""
 }
