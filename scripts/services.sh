@@ -109,10 +109,10 @@ start_postgres() {
 	as_pg "$bindir/initdb" -D "$dir/pg/data" -U postgres --auth=trust -E UTF8 --no-locale >"$dir/pg/initdb.log" 2>&1 ||
 		die "initdb failed, see $dir/pg/initdb.log"
 	log "starting PostgreSQL on 127.0.0.1:$port"
+	printf 'PG_BINDIR=%q\nPG_PORT=%q\n' "$bindir" "$port" >>"$dir/services.env" # before start: down must find it
 	as_pg "$bindir/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/postgres.log" -w -t 60 start \
 		-o "-p $port -c listen_addresses=127.0.0.1 -k $dir/pg -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >/dev/null ||
 		die "PostgreSQL did not start, see $dir/pg/postgres.log"
-	printf 'PG_BINDIR=%q\nPG_PORT=%q\n' "$bindir" "$port" >>"$dir/services.env"
 	local i
 	for i in $(seq 1 100); do
 		as_pg "$bindir/pg_isready" -q -h 127.0.0.1 -p "$port" && return 0
@@ -170,6 +170,9 @@ down() {
 	local PG_BINDIR='' PG_PORT='' REDIS_PORT='' REDIS_PID=''
 	# shellcheck disable=SC1091
 	. "$dir/services.env"
+	if [ -z "$REDIS_PID" ] && [ -n "$REDIS_PORT" ] && [ -s "$dir/redis/redis.pid" ]; then
+		REDIS_PID=$(cat "$dir/redis/redis.pid") # started, but up failed before recording it
+	fi
 	if [ -n "$PG_BINDIR" ] && [ -f "$dir/pg/data/postmaster.pid" ]; then
 		log "stopping PostgreSQL on port $PG_PORT"
 		as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null || log "pg_ctl stop failed"
