@@ -137,6 +137,7 @@ type Error struct {
 	Message    string // the store's explanation
 }
 
+// Error describes the answer.
 func (e *Error) Error() string {
 	if e.Message == "" {
 		return fmt.Sprintf("store answered %d %s", e.StatusCode, http.StatusText(e.StatusCode))
