@@ -1,0 +1,297 @@
+// Command fencebench runs the acquire+release benchmark against fencelock and
+// its peers and writes a markdown table.
+//
+//	bench/peers.sh up /tmp/fb-peers
+//	cd bench && go run ./cmd/fencebench --fencelock-bin /tmp/fencelock --peers-dir /tmp/fb-peers --out results.md
+//	bench/peers.sh down /tmp/fb-peers
+//
+// bench/run.sh does all three. Progress goes to stderr.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fencelock/fencelock/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fencebench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	duration, warmup, ttl, redisRetry, pause time.Duration
+	clients                                  []int
+	locks                                    []bool // OneLock values
+	out, systems, peersDir, workDir          string
+	fencelockBin, fencelockAddr              string
+	etcdAddr, redisAOFAddr, redisNoPAddr     string
+	smoke, redisTwoStep                      bool
+	fsyncN                                   int
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("fencebench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "measured time per cell per system")
+	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "unmeasured run of the same cell before each measured one (0: none)")
+	clients := fs.String("clients", "1,8,64", "comma-separated client counts")
+	locks := fs.String("locks", "own,one", "comma-separated: own (each client its own lock), one (all on one lock)")
+	fs.StringVar(&o.out, "out", "bench-results.md", "markdown file to write")
+	fs.BoolVar(&o.smoke, "smoke", false, "very short run (200 ms per cell, no warm-up, 20 fsyncs) that checks the harness, not the numbers")
+	fs.StringVar(&o.systems, "systems", "fencelock,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of")
+	fs.StringVar(&o.peersDir, "peers-dir", "", "directory given to peers.sh up: reads peers.env (addresses) and *.pid (for server CPU)")
+	fs.StringVar(&o.workDir, "work-dir", "", "directory for fencelock's data and the fsync probe (default: a new temporary directory, removed after)")
+	fs.StringVar(&o.fencelockBin, "fencelock-bin", "", "fencelock binary to start as 'serve' (go build -o BIN ./cmd/fencelock)")
+	fs.StringVar(&o.fencelockAddr, "fencelock-addr", "", "use a running fencelock at this address instead of starting one")
+	fs.StringVar(&o.etcdAddr, "etcd", "", "etcd client address (default from --peers-dir)")
+	fs.StringVar(&o.redisAOFAddr, "redis-aof", "", "Redis with appendonly yes + appendfsync always (default from --peers-dir)")
+	fs.StringVar(&o.redisNoPAddr, "redis-nopersist", "", "Redis without persistence (default from --peers-dir)")
+	fs.DurationVar(&o.ttl, "ttl", 10*time.Second, "lease TTL for every system")
+	fs.DurationVar(&o.redisRetry, "redis-retry", time.Millisecond, "mean pause of a Redis client that found the lock held before it tries again (jittered ±50%)")
+	fs.BoolVar(&o.redisTwoStep, "redis-two-step", false, "Redis acquire as two commands (SET NX PX, then INCR) instead of one Lua script")
+	fs.DurationVar(&o.pause, "pause", 200*time.Millisecond, "idle time between two measured runs")
+	fs.IntVar(&o.fsyncN, "fsync-samples", 200, "fsyncs for the machine's fsync latency")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.smoke {
+		o.duration, o.warmup, o.fsyncN, o.pause = 200*time.Millisecond, 0, 20, 0
+	}
+	for _, s := range strings.Split(*clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 4096 {
+			return o, fmt.Errorf("--clients: %q is not a count in 1..4096", s)
+		}
+		o.clients = append(o.clients, n)
+	}
+	for _, s := range strings.Split(*locks, ",") {
+		switch strings.TrimSpace(s) {
+		case "own":
+			o.locks = append(o.locks, false)
+		case "one":
+			o.locks = append(o.locks, true)
+		default:
+			return o, fmt.Errorf("--locks: %q is neither own nor one", s)
+		}
+	}
+	if o.duration <= 0 {
+		return o, errors.New("--duration must be positive")
+	}
+	return o, nil
+}
+
+// readPeers reads DIR/peers.env and the pids of DIR/*.pid.
+func readPeers(dir string) (addrs map[string]string, pids map[string]int, err error) {
+	addrs, pids = map[string]string{}, map[string]int{}
+	f, err := os.Open(filepath.Join(dir, "peers.env"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("peers: %w (run bench/peers.sh up %s first)", err, dir)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			addrs[k] = v
+		}
+	}
+	for _, name := range []string{"etcd", "redis-aof", "redis-nopersist"} {
+		if b, err := os.ReadFile(filepath.Join(dir, name+".pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				pids[name] = pid
+			}
+		}
+	}
+	return addrs, pids, sc.Err()
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
+
+	pids := map[string]int{}
+	if o.peersDir != "" {
+		addrs, p, err := readPeers(o.peersDir)
+		if err != nil {
+			return err
+		}
+		pids = p
+		o.etcdAddr = cmp(o.etcdAddr, addrs["ETCD_ADDR"])
+		o.redisAOFAddr = cmp(o.redisAOFAddr, addrs["REDIS_AOF_ADDR"])
+		o.redisNoPAddr = cmp(o.redisNoPAddr, addrs["REDIS_NOPERSIST_ADDR"])
+	}
+	workDir := o.workDir
+	if workDir == "" {
+		workDir, err = os.MkdirTemp("", "fencebench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(workDir)
+	} else if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return err
+	}
+
+	logf("measuring fsync latency in %s", workDir)
+	rp := &bench.Report{
+		Command: "fencebench " + strings.Join(args, " "), Started: time.Now(), PerCell: o.duration,
+		Machine: bench.DescribeMachine(workDir, o.fsyncN), DataDir: workDir,
+	}
+	logf("machine: %d CPUs, %s, fsync p50 %v p99 %v, load %s", rp.Machine.CPUs, rp.Machine.CPUModel,
+		rp.Machine.FsyncP50, rp.Machine.FsyncP99, rp.Machine.LoadBefore)
+	rp.Notes = append(rp.Notes, fmt.Sprintf("lease TTL %v everywhere; Redis clients that find the lock held retry after %v ±50%% (Redis has no wait queue); Redis acquire is %s",
+		o.ttl, o.redisRetry, map[bool]string{false: "one Lua script (SET NX PX + INCR fence)", true: "two commands (SET NX PX, then INCR fence)"}[o.redisTwoStep]))
+	rp.Notes = append(rp.Notes, "etcd: concurrency.Mutex, one session (lease) per client, one shared gRPC connection; token = Mutex.Header().Revision. fencelock: the client package, one shared client; Redis: go-redis, one pool")
+	if o.warmup > 0 {
+		rp.Notes = append(rp.Notes, fmt.Sprintf("each measured run is preceded by an unmeasured %v run of the same cell", o.warmup))
+	}
+
+	var targets []bench.Target
+	serverPID := map[string]int{}
+	defer func() {
+		for _, t := range targets {
+			t.Close()
+		}
+	}()
+	for _, name := range strings.Split(o.systems, ",") {
+		name = strings.TrimSpace(name)
+		var t bench.Target
+		switch name {
+		case "fencelock":
+			addr := o.fencelockAddr
+			if addr == "" {
+				if o.fencelockBin == "" {
+					return errors.New("fencelock: give --fencelock-bin (go build -o BIN ./cmd/fencelock) or --fencelock-addr")
+				}
+				logf("starting %s serve", o.fencelockBin)
+				srv, err := bench.StartServer(ctx, o.fencelockBin, filepath.Join(workDir, "fencelock"))
+				if err != nil {
+					return err
+				}
+				defer srv.Stop()
+				addr = srv.Addr
+				serverPID[name] = srv.PID()
+				rp.Notes = append(rp.Notes, "fencelock: one node, `fencelock serve` as built from this tree, Raft log fsync on (the default)")
+			}
+			t, err = bench.NewFencelock(addr, o.ttl)
+		case "etcd":
+			if o.etcdAddr == "" {
+				return errors.New("etcd: give --etcd or --peers-dir")
+			}
+			t, err = bench.NewEtcd(ctx, o.etcdAddr, o.ttl)
+		case "redis-aof", "redis-nopersist":
+			addr := o.redisAOFAddr
+			if name == "redis-nopersist" {
+				addr = o.redisNoPAddr
+			}
+			if addr == "" {
+				return fmt.Errorf("%s: give --%s or --peers-dir", name, name)
+			}
+			maxClients := 0
+			for _, c := range o.clients {
+				maxClients = max(maxClients, c)
+			}
+			t, err = bench.NewRedis(ctx, name, addr, o.ttl, o.redisRetry, maxClients+8, o.redisTwoStep)
+		default:
+			return fmt.Errorf("--systems: unknown system %q", name)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		targets = append(targets, t)
+		rp.Targets = append(rp.Targets, name)
+		if pid, ok := pids[name]; ok {
+			serverPID[name] = pid
+		}
+	}
+
+	var cells []bench.Cell
+	for _, n := range o.clients {
+		for _, one := range o.locks {
+			c := bench.Cell{Clients: n, OneLock: one && n > 1}
+			if !containsCell(cells, c) {
+				cells = append(cells, c)
+			}
+		}
+	}
+	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
+	failed := false
+	for ci, c := range cells {
+		for _, t := range targets {
+			prefix := fmt.Sprintf("fencebench/%s/%d/%s", runID, ci, t.Name())
+			if o.warmup > 0 {
+				if _, err := bench.RunCell(ctx, t, c, o.warmup, prefix+"/warm", 0); err != nil {
+					return fmt.Errorf("%s, %s: warm-up: %w", t.Name(), c, err)
+				}
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r, err := bench.RunCell(ctx, t, c, o.duration, prefix, serverPID[t.Name()])
+			if err != nil {
+				return fmt.Errorf("%s, %s: %w", t.Name(), c, err)
+			}
+			rp.Results = append(rp.Results, r)
+			logf("%-22s %-16s %8.0f pairs/s  p50 %-10v p99 %-10v grants %d..%d  errors %d  tokens-bad %d overlaps %d  cpu gen %.2f srv %.2f",
+				c, t.Name(), r.PairsPerSec(), r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
+				r.MinGrants, r.MaxGrants, r.Errors, r.TokenViolations, r.Overlaps, r.GenCPU, r.ServerCPU)
+			if r.FirstErr != nil {
+				logf("  first error: %v", r.FirstErr)
+			}
+			if !r.OK() {
+				failed = true
+			}
+			if o.pause > 0 {
+				time.Sleep(o.pause)
+			}
+		}
+	}
+	rp.Machine.LoadAfter = bench.LoadAvg()
+	if err := rp.WriteFile(o.out); err != nil {
+		return err
+	}
+	logf("wrote %s", o.out)
+	if failed {
+		return errors.New("some run did no work, or broke token order or mutual exclusion (see the table)")
+	}
+	return nil
+}
+
+func cmp(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func containsCell(cs []bench.Cell, c bench.Cell) bool {
+	for _, x := range cs {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}

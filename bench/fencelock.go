@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/fencelock/fencelock/client"
+)
+
+// Server is a "fencelock serve" process started by StartServer.
+type Server struct {
+	Addr string // API address, host:port
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// PID returns the server's process id.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
+
+// StartServer runs "bin serve" on two free loopback ports with its Raft log
+// in dataDir (fsync on, as shipped) and waits until GET /readyz answers 200,
+// for at most 30 s. The server's log goes to dataDir/serve.log.
+func StartServer(ctx context.Context, bin, dataDir string) (*Server, error) {
+	api, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	raftAddr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dataDir, "serve.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, "serve", "--listen", api, "--raft-addr", raftAddr,
+		"--data-dir", filepath.Join(dataDir, "data"), "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start fencelock: %w", err)
+	}
+	s := &Server{Addr: api, cmd: cmd, done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait() }()
+
+	deadline := time.Now().Add(30 * time.Second)
+	hc := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-s.done:
+			return nil, fmt.Errorf("fencelock serve exited before ready (%v); see %s", err, logf.Name())
+		case <-ctx.Done():
+			s.Stop()
+			return nil, ctx.Err()
+		default:
+		}
+		resp, err := hc.Get("http://" + api + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.Stop()
+	return nil, fmt.Errorf("fencelock serve not ready after 30 s; see %s", logf.Name())
+}
+
+// Stop ends the server with SIGTERM, and SIGKILL after 10 s.
+func (s *Server) Stop() error {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil // a signal exit is expected
+		}
+		return err
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		return errors.New("fencelock serve ignored SIGTERM for 10 s; killed")
+	}
+}
+
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// Fencelock is the Target of a fencelock service, through the real client
+// package. All lockers share one client (one pooled HTTP transport).
+type Fencelock struct {
+	c   *client.Client
+	ttl time.Duration
+}
+
+// NewFencelock returns a Target of the service at addr; grants have the
+// given TTL (kept alive by the client while held).
+func NewFencelock(addr string, ttl time.Duration) (*Fencelock, error) {
+	c, err := client.New(addr)
+	if err != nil {
+		return nil, err
+	}
+	return &Fencelock{c: c, ttl: ttl}, nil
+}
+
+func (f *Fencelock) Name() string { return "fencelock" }
+func (f *Fencelock) Close() error { return f.c.Close() }
+
+func (f *Fencelock) NewLocker(_ context.Context, id int) (Locker, error) {
+	return &fencelockLocker{f: f, holder: fmt.Sprintf("bench-%d", id)}, nil
+}
+
+type fencelockLocker struct {
+	f      *Fencelock
+	holder string
+	l      *client.Lock
+}
+
+func (l *fencelockLocker) Acquire(ctx context.Context, name string) (uint64, error) {
+	lk, err := l.f.c.Acquire(ctx, name, client.WithTTL(l.f.ttl), client.WithHolder(l.holder))
+	if err != nil {
+		return 0, err
+	}
+	l.l = lk
+	return uint64(lk.Token()), nil
+}
+
+func (l *fencelockLocker) Release(ctx context.Context) error {
+	lk := l.l
+	l.l = nil
+	return lk.Release(ctx)
+}
+
+func (l *fencelockLocker) Close() error { return nil }

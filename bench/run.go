@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Cell is one point of the matrix: how many clients, and whether they all
+// contend for one lock or each uses its own.
+type Cell struct {
+	Clients int
+	OneLock bool
+}
+
+func (c Cell) String() string {
+	switch {
+	case c.Clients == 1:
+		return "1 client" // its own lock and the one lock are the same cell
+	case c.OneLock:
+		return fmt.Sprintf("%d clients, one lock", c.Clients)
+	default:
+		return fmt.Sprintf("%d clients, own locks", c.Clients)
+	}
+}
+
+// Result is what one target did in one cell.
+type Result struct {
+	Target  string
+	Cell    Cell
+	Elapsed time.Duration
+	Pairs   int // completed acquire+release pairs
+	P50     time.Duration
+	P99     time.Duration
+	// MinGrants and MaxGrants are the fewest and most grants one client
+	// got; fairness is MaxGrants/MinGrants.
+	MinGrants, MaxGrants int
+	// TokenViolations counts grants whose token was not above the previous
+	// grant's token on the same lock; Overlaps counts grants made while
+	// another client still held the same lock. Both must be 0.
+	TokenViolations, Overlaps int
+	Errors                    int
+	FirstErr                  error
+	// GenCPU and ServerCPU are CPU cores used on average during the cell
+	// by this process (the load generator) and by the server process (-1
+	// when its pid is unknown).
+	GenCPU, ServerCPU float64
+}
+
+// PairsPerSec is completed pairs per second of wall time.
+func (r Result) PairsPerSec() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Pairs) / r.Elapsed.Seconds()
+}
+
+// Fairness is max/min grants per client; +Inf if some client got none.
+func (r Result) Fairness() float64 {
+	if r.MinGrants == 0 {
+		return inf
+	}
+	return float64(r.MaxGrants) / float64(r.MinGrants)
+}
+
+var inf = func() float64 { var z float64; return 1 / z }()
+
+// OK reports whether the cell did work and kept mutual exclusion and token order.
+func (r Result) OK() bool { return r.Pairs > 0 && r.TokenViolations == 0 && r.Overlaps == 0 }
+
+// lockLog records the tokens of one lock in grant order: a holder appends
+// while it holds the lock, so appends are ordered as the grants were.
+type lockLog struct {
+	holders atomic.Int32
+	mu      sync.Mutex
+	last    uint64
+	n       int
+
+	violations, overlaps int
+}
+
+func (l *lockLog) enter(tok uint64) {
+	if l.holders.Add(1) != 1 {
+		l.mu.Lock()
+		l.overlaps++
+		l.mu.Unlock()
+	}
+	l.mu.Lock()
+	if l.n > 0 && tok <= l.last {
+		l.violations++
+	}
+	l.last, l.n = tok, l.n+1
+	l.mu.Unlock()
+}
+
+func (l *lockLog) exit() { l.holders.Add(-1) }
+
+// RunCell runs the acquire+release loop of cell against t for d. Lock names
+// start with prefix, which must be new for every call. serverPID is the
+// server's process id for its CPU figure, 0 if unknown.
+func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix string, serverPID int) (Result, error) {
+	res := Result{Target: t.Name(), Cell: cell, ServerCPU: -1}
+	lockers := make([]Locker, cell.Clients)
+	defer func() {
+		for _, l := range lockers {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}()
+	for i := range lockers {
+		l, err := t.NewLocker(ctx, i)
+		if err != nil {
+			return res, err
+		}
+		lockers[i] = l
+	}
+	logs := make([]*lockLog, cell.Clients)
+	names := make([]string, cell.Clients)
+	shared := &lockLog{}
+	for i := range logs {
+		if cell.OneLock {
+			logs[i], names[i] = shared, prefix+"/one"
+		} else {
+			logs[i], names[i] = &lockLog{}, prefix+"/"+strconv.Itoa(i)
+		}
+	}
+
+	lat := make([][]time.Duration, cell.Clients)
+	grants := make([]int, cell.Clients)
+	errs := make([]int, cell.Clients)
+	firstErr := make([]error, cell.Clients)
+
+	cpu0, srv0 := selfCPU(), procCPU(serverPID)
+	start := time.Now()
+	deadline := start.Add(d)
+	actx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var wg sync.WaitGroup
+	for w := range cell.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, log := lockers[w], logs[w]
+			fail := func(err error) {
+				errs[w]++
+				if firstErr[w] == nil {
+					firstErr[w] = err
+				}
+				time.Sleep(10 * time.Millisecond) // no hot loop on a failing service
+			}
+			for time.Now().Before(deadline) {
+				t0 := time.Now()
+				tok, err := l.Acquire(actx, names[w])
+				if err != nil {
+					if actx.Err() != nil {
+						return // the cell is over; a cancelled wait is not an error
+					}
+					fail(fmt.Errorf("acquire: %w", err))
+					continue
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+				log.enter(tok)
+				log.exit()
+				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				err = l.Release(rctx)
+				rcancel()
+				if err != nil {
+					fail(fmt.Errorf("release: %w", err))
+					continue
+				}
+				grants[w]++
+			}
+		}()
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.GenCPU = (selfCPU() - cpu0).Seconds() / res.Elapsed.Seconds()
+	if serverPID > 0 && srv0 >= 0 {
+		if srv1 := procCPU(serverPID); srv1 >= 0 {
+			res.ServerCPU = (srv1 - srv0).Seconds() / res.Elapsed.Seconds()
+		}
+	}
+
+	var all []time.Duration
+	res.MinGrants = -1
+	for w := range cell.Clients {
+		all = append(all, lat[w]...)
+		res.Pairs += grants[w]
+		res.Errors += errs[w]
+		if res.FirstErr == nil {
+			res.FirstErr = firstErr[w]
+		}
+		if res.MinGrants < 0 || grants[w] < res.MinGrants {
+			res.MinGrants = grants[w]
+		}
+		res.MaxGrants = max(res.MaxGrants, grants[w])
+	}
+	slices.Sort(all)
+	if len(all) > 0 {
+		res.P50 = all[len(all)/2]
+		res.P99 = all[min(len(all)-1, len(all)*99/100)]
+	}
+	seen := map[*lockLog]bool{}
+	for _, l := range logs {
+		if !seen[l] {
+			seen[l] = true
+			res.TokenViolations += l.violations
+			res.Overlaps += l.overlaps
+		}
+	}
+	return res, nil
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procCPU returns the user+system CPU time of pid from /proc, or -1.
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return -1
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// Fields after the ")" that ends the command name: state is field 3,
+	// utime 14 and stime 15 (1-based), in clock ticks (USER_HZ = 100).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return -1
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return -1
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
