@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// memTarget is an in-process lock service; broken makes it hand out tokens
+// that go down and grant without excluding anyone.
+type memTarget struct {
+	broken bool
+	mu     sync.Mutex
+	held   map[string]bool
+	next   uint64
+}
+
+func (m *memTarget) Name() string { return "mem" }
+func (m *memTarget) Close() error { return nil }
+func (m *memTarget) NewLocker(context.Context, int) (Locker, error) {
+	return &memLocker{m: m}, nil
+}
+
+type memLocker struct {
+	m    *memTarget
+	name string
+}
+
+func (l *memLocker) Acquire(ctx context.Context, name string) (uint64, error) {
+	for {
+		l.m.mu.Lock()
+		if !l.m.held[name] || l.m.broken {
+			l.m.held[name] = true
+			l.m.next++
+			tok := l.m.next
+			if l.m.broken {
+				tok = 1_000_000 - tok
+			}
+			l.m.mu.Unlock()
+			l.name = name
+			if l.m.broken {
+				time.Sleep(50 * time.Microsecond) // let holders overlap
+			}
+			return tok, nil
+		}
+		l.m.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Microsecond):
+		}
+	}
+}
+
+func (l *memLocker) Release(context.Context) error {
+	l.m.mu.Lock()
+	delete(l.m.held, l.name)
+	l.m.mu.Unlock()
+	return nil
+}
+func (l *memLocker) Close() error { return nil }
+
+func TestRunCell(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		broken bool
+		cell   Cell
+	}{
+		{"own locks", false, Cell{Clients: 4}},
+		{"one lock", false, Cell{Clients: 4, OneLock: true}},
+		{"broken one lock", true, Cell{Clients: 4, OneLock: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := RunCell(context.Background(), &memTarget{broken: tc.broken, held: map[string]bool{}}, tc.cell, 50*time.Millisecond, "t", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Pairs == 0 || r.P50 <= 0 || r.P99 < r.P50 || r.Errors != 0 {
+				t.Fatalf("got %+v, want pairs, latencies and no errors", r)
+			}
+			if got := r.TokenViolations > 0; got != tc.broken {
+				t.Errorf("violations %d; want > 0: %v", r.TokenViolations, tc.broken)
+			}
+			if r.OK() == tc.broken {
+				t.Errorf("OK() = %v, want %v", r.OK(), !tc.broken)
+			}
+			rp := &Report{Targets: []string{"mem", "mem2"}, Results: []Result{r}, PerCell: time.Second}
+			r2 := r
+			r2.Target, r2.Elapsed = "mem2", 2*r.Elapsed
+			rp.Results = append(rp.Results, r2)
+			var b strings.Builder
+			if err := rp.WriteMarkdown(&b); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), "| "+tc.cell.String()+" | ") || !strings.Contains(b.String(), "2.00×") {
+				t.Errorf("markdown lacks the cell row or the ratio:\n%s", b.String())
+			}
+		})
+	}
+}
+
+func TestLockLog(t *testing.T) {
+	var l lockLog
+	l.enter(5)
+	l.enter(6) // a second holder before the first left
+	l.exit()
+	l.exit()
+	l.enter(6) // not above the last token
+	l.exit()
+	if l.overlaps != 1 || l.violations != 1 {
+		t.Errorf("overlaps %d, violations %d; want 1, 1", l.overlaps, l.violations)
+	}
+}
