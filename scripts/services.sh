@@ -111,7 +111,7 @@ start_postgres() {
 	log "starting PostgreSQL on 127.0.0.1:$port"
 	printf 'PG_BINDIR=%q\nPG_PORT=%q\n' "$bindir" "$port" >>"$dir/services.env" # before start: down must find it
 	as_pg "$bindir/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/postgres.log" -w -t 60 start \
-		-o "-p $port -c listen_addresses=127.0.0.1 -k $dir/pg -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >/dev/null ||
+		-o "-p $port -c listen_addresses=127.0.0.1 -k $dir/pg -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >/dev/null 3>&- ||
 		die "PostgreSQL did not start, see $dir/pg/postgres.log"
 	local i
 	for i in $(seq 1 100); do
@@ -127,7 +127,7 @@ start_redis() {
 	log "starting Redis on 127.0.0.1:$port"
 	redis-server --bind 127.0.0.1 --port "$port" --dir "$dir/redis" --daemonize yes \
 		--pidfile "$dir/redis/redis.pid" --logfile "$dir/redis/redis.log" \
-		--appendonly yes --appendfsync everysec --save '' >/dev/null ||
+		--appendonly yes --appendfsync everysec --save '' >/dev/null 3>&- ||
 		die "redis-server did not start, see $dir/redis/redis.log"
 	printf 'REDIS_PORT=%q\n' "$port" >>"$dir/services.env"
 	local i
