@@ -36,6 +36,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	asJSON := fs.Bool("json", false, "print the timeline as JSON lines")
 	color := fs.String("color", "auto", "colour output: auto, always, never")
 	acts := fs.String("acts", "fenced,unfenced", "which acts to run, comma-separated: fenced, unfenced")
+	pgDSN := fs.String("postgres", "", "also run the payment act against this PostgreSQL (a DSN; uses table "+demoOrdersTable+")")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +75,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if act == "fenced" && !intact || act == "unfenced" && intact {
 			failed = true
 		}
+	}
+	if *pgDSN != "" {
+		ok, err := runPaymentAct(ctx, out, len(runActs)+1, *pgDSN, lockAddr, *ttl, *pause)
+		if err != nil {
+			return fmt.Errorf("demo payment act: %w", err)
+		}
+		failed = failed || !ok
+	} else {
+		out.note("payment act skipped: pass --postgres DSN to run the seeds' order-42 payment against PostgreSQL")
 	}
 	out.footer()
 	if failed {
@@ -137,66 +147,15 @@ func runAct(ctx context.Context, out *timeline, act string, n int, dir, lockAddr
 		return []string{"demo-worker", "--name", name, "--server", lockAddr, "--store", storeURL,
 			"--ttl", ttl.String(), "--parts", fmt.Sprint(parts), "--gate-after", fmt.Sprint(gate)}
 	}
-	a, err := startWorker(ctx, out, act, workerArgs("A", 1))
+	_, bEvents, err := play(ctx, out, act, workerArgs("A", 1), workerArgs("B", 0), ttl, pause)
 	if err != nil {
 		return false, err
 	}
-	defer a.kill()
-	if _, err := a.until(ctx, "gate"); err != nil {
-		return false, err
-	}
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		return false, fmt.Errorf("SIGSTOP worker A: %w", err)
-	}
-	frozen := time.Now()
-	out.emit(demoEvent{Act: act, Actor: "demo", Kind: "sigstop",
-		Detail: fmt.Sprintf("SIGSTOP A for %v (a GC pause longer than its %v lease; its watchdog freezes too)", pause, ttl)})
-
-	b, err := startWorker(ctx, out, act, workerArgs("B", 0))
-	if err != nil {
-		return false, err
-	}
-	defer b.kill()
 	var bLines []string
-	for {
-		e, err := b.next(ctx)
-		if err != nil {
-			return false, fmt.Errorf("worker B: %w", err)
-		}
+	for _, e := range bEvents {
 		if e.Kind == "wrote" {
 			bLines = append(bLines, e.Line)
 		}
-		if e.Kind == "released" || e.Kind == "release-failed" {
-			break
-		}
-	}
-	if err := b.wait(); err != nil {
-		return false, fmt.Errorf("worker B: %w", err)
-	}
-	select {
-	case <-time.After(time.Until(frozen.Add(pause))):
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		return false, fmt.Errorf("SIGCONT worker A: %w", err)
-	}
-	out.emit(demoEvent{Act: act, Actor: "demo", Kind: "sigcont", Detail: "SIGCONT A: it resumes where it stopped"})
-	if _, err := io.WriteString(a.stdin, "go\n"); err != nil {
-		return false, fmt.Errorf("resume worker A: %w", err)
-	}
-	for {
-		e, err := a.next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return false, fmt.Errorf("worker A: %w", err)
-		}
-		_ = e
-	}
-	if err := a.wait(); err != nil {
-		return false, fmt.Errorf("worker A: %w", err)
 	}
 
 	got, err := readObject(ctx, storeURL, "report.pdf")
@@ -211,6 +170,78 @@ func runAct(ctx context.Context, out *timeline, act string, n int, dir, lockAddr
 	}
 	out.emit(demoEvent{Act: act, Actor: "demo", Kind: "verdict", Intact: &intact, Detail: detail, Content: got})
 	return intact, nil
+}
+
+// play runs the scenario: worker A until its gate, SIGSTOP A, worker B to
+// the end, SIGCONT A after pause, A to the end. It returns both workers'
+// events.
+func play(ctx context.Context, out *timeline, act string, argsA, argsB []string, ttl, pause time.Duration) (aEvents, bEvents []demoEvent, err error) {
+	a, err := startWorker(ctx, out, act, argsA)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer a.kill()
+	for {
+		e, err := a.next(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("worker A: waiting for its gate: %w", err)
+		}
+		aEvents = append(aEvents, e)
+		if e.Kind == "gate" {
+			break
+		}
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return nil, nil, fmt.Errorf("SIGSTOP worker A: %w", err)
+	}
+	frozen := time.Now()
+	out.emit(demoEvent{Act: act, Actor: "demo", Kind: "sigstop",
+		Detail: fmt.Sprintf("SIGSTOP A for %v (a GC pause longer than its %v lease; its watchdog freezes too)", pause, ttl)})
+
+	b, err := startWorker(ctx, out, act, argsB)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer b.kill()
+	for {
+		e, err := b.next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("worker B: %w", err)
+		}
+		bEvents = append(bEvents, e)
+	}
+	if err := b.wait(); err != nil {
+		return nil, nil, fmt.Errorf("worker B: %w", err)
+	}
+	select {
+	case <-time.After(time.Until(frozen.Add(pause))):
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return nil, nil, fmt.Errorf("SIGCONT worker A: %w", err)
+	}
+	out.emit(demoEvent{Act: act, Actor: "demo", Kind: "sigcont", Detail: "SIGCONT A: it resumes where it stopped"})
+	if _, err := io.WriteString(a.stdin, "go\n"); err != nil {
+		return nil, nil, fmt.Errorf("resume worker A: %w", err)
+	}
+	for {
+		e, err := a.next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("worker A: %w", err)
+		}
+		aEvents = append(aEvents, e)
+	}
+	if err := a.wait(); err != nil {
+		return nil, nil, fmt.Errorf("worker A: %w", err)
+	}
+	return aEvents, bEvents, nil
 }
 
 func readObject(ctx context.Context, storeURL, key string) (string, error) {
@@ -315,4 +346,43 @@ func (w *worker) kill() {
 	_ = w.cmd.Process.Signal(syscall.SIGCONT)
 	_ = w.cmd.Process.Kill()
 	_ = w.cmd.Wait()
+}
+
+// runPaymentAct plays the seeds' payment scenario against PostgreSQL with
+// the row fence, and reports whether order 42 was paid exactly once, by B.
+func runPaymentAct(ctx context.Context, out *timeline, n int, dsn, lockAddr string, ttl, pause time.Duration) (bool, error) {
+	const act = "payment"
+	out.act(act, n)
+	if err := setupDemoOrders(ctx, dsn); err != nil {
+		return false, err
+	}
+	args := func(name string, gate int) []string {
+		return []string{"demo-worker", "--name", name, "--server", lockAddr, "--postgres", dsn,
+			"--ttl", ttl.String(), "--gate-after", fmt.Sprint(gate)}
+	}
+	aEvents, bEvents, err := play(ctx, out, act, args("A", 1), args("B", 0), ttl, pause)
+	if err != nil {
+		return false, err
+	}
+	status, paidBy, fence, err := readDemoOrder(ctx, dsn)
+	if err != nil {
+		return false, err
+	}
+	rejected, bPaid := false, false
+	var bTok uint64
+	for _, e := range aEvents {
+		rejected = rejected || e.Kind == "pay-rejected"
+	}
+	for _, e := range bEvents {
+		if e.Kind == "paid" {
+			bPaid, bTok = true, e.Token
+		}
+	}
+	ok := rejected && bPaid && status == "paid" && paidBy == "B" && uint64(fence) == bTok
+	detail := fmt.Sprintf("order %d paid once, by B (last_fence %d); A's update was refused", demoOrderID, fence)
+	if !ok {
+		detail = fmt.Sprintf("order %d: status %s, paid by %q, last_fence %d: NOT the expected single payment by B", demoOrderID, status, paidBy, fence)
+	}
+	out.emit(demoEvent{Act: act, Actor: "demo", Kind: "verdict", Intact: &ok, Detail: detail})
+	return ok, nil
 }

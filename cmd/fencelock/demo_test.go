@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/internal/testproc"
 )
 
@@ -66,5 +67,45 @@ func TestDemo_FencingStopsThePausedWriterAndItsAbsenceCorrupts(t *testing.T) {
 	u := one("unfenced", "demo", "verdict")
 	if u.Intact == nil || *u.Intact || !strings.Contains(u.Content, "worker A") || !strings.Contains(u.Content, "worker B") {
 		t.Errorf("unfenced act: verdict %+v, want corruption with sections of both workers", u)
+	}
+}
+
+func TestDemo_PaymentActPaysOrderOnce(t *testing.T) {
+	dsn := fencelocktest.PostgresDSN(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code := testproc.Run(ctx, t, nil, "demo", "--json", "--acts", "fenced", "--ttl", "1s", "--pause", "2s", "--postgres", dsn)
+	if code != 0 {
+		t.Fatalf("demo --postgres exited %d:\n%s", code, out)
+	}
+	var aTok, bTok, rejectedTok, paidTok uint64
+	var verdict *demoEvent
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var e demoEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Act != "payment" {
+			continue
+		}
+		switch {
+		case e.Actor == "A" && e.Kind == "acquired-order":
+			aTok = e.Token
+		case e.Actor == "B" && e.Kind == "acquired-order":
+			bTok = e.Token
+		case e.Actor == "A" && e.Kind == "pay-rejected":
+			rejectedTok = e.Token
+		case e.Kind == "paid":
+			if paidTok != 0 {
+				t.Errorf("order paid twice (tokens %d and %d)", paidTok, e.Token)
+			}
+			paidTok = e.Token
+		case e.Kind == "verdict":
+			verdict = &e
+		}
+	}
+	if aTok == 0 || aTok >= bTok || rejectedTok != aTok || paidTok != bTok {
+		t.Errorf("payment act: A token %d, B token %d, rejected %d, paid by %d; want A < B, A's update rejected, B paid", aTok, bTok, rejectedTok, paidTok)
+	}
+	if verdict == nil || verdict.Intact == nil || !*verdict.Intact {
+		t.Errorf("payment act verdict %+v, want the order paid once by B\n%s", verdict, out)
 	}
 }

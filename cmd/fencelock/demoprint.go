@@ -74,11 +74,17 @@ func (t *timeline) header(ttl, pause time.Duration, lockAddr string) {
 
 func (t *timeline) act(act string, n int) {
 	title := fmt.Sprintf("Act %d: with fencing: the store rejects writes with a stale token", n)
-	if act == "unfenced" {
+	switch act {
+	case "unfenced":
 		title = fmt.Sprintf("Act %d: what happens WITHOUT fencing (store started with --no-fencing)", n)
+	case "payment":
+		title = fmt.Sprintf("Act %d: the payment of order %d in PostgreSQL, with the row fence (last_fence)", n, demoOrderID)
 	}
 	t.printf("\n%s\n", t.paint(cBold, title))
 }
+
+// note prints a remark (text mode only).
+func (t *timeline) note(s string) { t.printf("\n(%s)\n", s) }
 
 func (t *timeline) footer() {
 	t.printf("\nThe lock alone could not stop A: its lease expired while it was frozen, and it\n" +
@@ -113,16 +119,27 @@ func (t *timeline) emit(e demoEvent) {
 	case "wrote":
 		msg = fmt.Sprintf("wrote section %d/%d with token %d -> store: %s", e.Part, e.Parts, e.Token, t.paint(cGreen, "200 accepted"))
 	case "gate":
-		msg = "about to write the next section..."
+		msg = "about to write; the demo freezes it here"
 	case "resumed":
 		msg = "resumed; still believes it holds the lock: " + e.Detail
 	case "rejected":
 		msg = fmt.Sprintf("wrote section %d/%d with token %d -> store: %s", e.Part, e.Parts, e.Token,
 			t.paint(cRed, fmt.Sprintf("409 REJECTED, stale fencing token (highest accepted: %d)", e.Highest)))
+	case "acquired-order":
+		msg = fmt.Sprintf("acquired orders/%d, fencing token %d (%s)", demoOrderID, e.Token, e.Detail)
+	case "read-order":
+		msg = fmt.Sprintf("read order %d: status %s", demoOrderID, e.Detail)
+	case "paid":
+		msg = fmt.Sprintf("UPDATE ... SET status='paid' WHERE status='pending' AND last_fence <= %d -> %s", e.Token, t.paint(cGreen, "1 row: paid"))
+	case "already-paid":
+		msg = "UPDATE -> 0 rows, already paid by a valid holder (not an error)"
+	case "pay-rejected":
+		msg = fmt.Sprintf("UPDATE ... AND last_fence <= %d -> %s", e.Token,
+			t.paint(cRed, fmt.Sprintf("0 rows: StaleTokenError (last_fence is %d)", e.Highest)))
 	case "stopping":
 		msg = "stops: " + e.Detail
 	case "released":
-		msg = fmt.Sprintf("released report.pdf (token %d)", e.Token)
+		msg = fmt.Sprintf("released its lock (token %d)", e.Token)
 	case "release-failed":
 		msg = "release refused: " + e.Detail
 	case "verdict":
@@ -130,7 +147,10 @@ func (t *timeline) emit(e demoEvent) {
 		if e.Intact != nil && !*e.Intact {
 			verdict = t.paint(cRed, e.Detail)
 		}
-		msg = verdict + "\n" + indent(e.Content)
+		msg = verdict
+		if e.Content != "" {
+			msg += "\n" + indent(e.Content)
+		}
 	default:
 		msg = e.Detail
 	}

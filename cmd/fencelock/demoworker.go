@@ -50,11 +50,12 @@ func runDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL")
 	parts := fs.Int("parts", 3, "sections in the report")
 	gate := fs.Int("gate-after", 0, "after writing this section, wait for a line on stdin (0: never)")
+	pgDSN := fs.String("postgres", "", "pay order 42 in this PostgreSQL instead of writing the report")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *storeURL == "" || *parts < 1 {
-		return usageErr("demo-worker needs --store and --parts >= 1")
+	if *storeURL == "" && *pgDSN == "" || *parts < 1 {
+		return usageErr("demo-worker needs --store or --postgres, and --parts >= 1")
 	}
 	enc := json.NewEncoder(stdout)
 	emit := func(e demoEvent) { e.Actor = *name; _ = enc.Encode(e) }
@@ -64,6 +65,9 @@ func runDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	defer c.Close()
+	if *pgDSN != "" {
+		return payOrder(ctx, c, *pgDSN, *name, *ttl, *gate > 0, emit)
+	}
 	st, err := store.NewClient(*storeURL)
 	if err != nil {
 		return err
