@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,10 @@ type Config struct {
 	// RetryTimeout bounds how long one call keeps retrying when the service
 	// is unreachable or leaderless, whatever the caller's context allows.
 	RetryTimeout time.Duration
+	// AttemptTimeout bounds one attempt on one endpoint (plus the queue
+	// wait, for Acquire), so that a node that hangs (paused, partitioned)
+	// costs one attempt, not the whole call.
+	AttemptTimeout time.Duration
 	// Logger receives the client's logs (lease lost, retries).
 	Logger *slog.Logger
 }
@@ -48,6 +53,7 @@ func DefaultConfig(endpoints ...string) Config {
 		RetryBackoff:    20 * time.Millisecond,
 		MaxRetryBackoff: time.Second,
 		RetryTimeout:    30 * time.Second,
+		AttemptTimeout:  5 * time.Second,
 		Logger:          slog.Default(),
 	}
 }
@@ -65,6 +71,9 @@ func (c Config) Validate() error {
 	if c.RetryBackoff <= 0 || c.MaxRetryBackoff < c.RetryBackoff {
 		return fmt.Errorf("client config: retry backoff must be positive and at most the max: %w", fencelock.ErrInvalidArgument)
 	}
+	if c.AttemptTimeout <= 0 {
+		return fmt.Errorf("client config: attempt timeout must be positive: %w", fencelock.ErrInvalidArgument)
+	}
 	if c.RetryTimeout <= 0 {
 		return fmt.Errorf("client config: retry timeout must be positive: %w", fencelock.ErrInvalidArgument)
 	}
@@ -77,8 +86,9 @@ func (c Config) Validate() error {
 // Client talks to a fencelock service. It is safe for concurrent use.
 type Client struct {
 	cfg   Config
-	rpcs  []fencelockv1connect.LockServiceClient
-	urls  []string
+	eps   atomic.Pointer[[]*endpoint] // grows when a follower names a leader not listed
+	epMu  sync.Mutex                  // serialises additions to eps
+	hc    *http.Client
 	next  atomic.Uint32 // index of the endpoint to try first
 	close func()
 }
@@ -106,15 +116,16 @@ func NewFromConfig(cfg Config) (*Client, error) {
 		hc = &http.Client{Transport: tr}
 		closeIdle = tr.CloseIdleConnections
 	}
-	c := &Client{cfg: cfg, close: closeIdle}
+	c := &Client{cfg: cfg, close: closeIdle, hc: hc}
+	var eps []*endpoint
 	for _, e := range cfg.Endpoints {
 		u := strings.TrimRight(strings.TrimSpace(e), "/")
 		if !strings.Contains(u, "://") {
 			u = "http://" + u
 		}
-		c.urls = append(c.urls, u)
-		c.rpcs = append(c.rpcs, fencelockv1connect.NewLockServiceClient(hc, u))
+		eps = append(eps, newEndpoint(hc, u))
 	}
+	c.eps.Store(&eps)
 	return c, nil
 }
 
@@ -144,14 +155,27 @@ func isNetErr(err error) bool {
 }
 
 // call runs fn against the endpoints, rotating on retryable errors with
-// backoff, until it succeeds, fails for good, or ctx ends. Calls must be
+// backoff and jumping to the leader a follower names, until it succeeds,
+// fails for good, the retry timeout passes, or ctx ends. Calls must be
 // idempotent (Acquire carries a request id for this).
 func (c *Client) call(ctx context.Context, fn func(context.Context, fencelockv1connect.LockServiceClient) error) error {
+	return c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error { return fn(ctx, ep.lock) })
+}
+
+// callAt is call for either service; each attempt may take AttemptTimeout
+// plus extra.
+func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx context.Context, ep *endpoint) error) error {
 	backoff := c.cfg.RetryBackoff
 	giveUp := time.Now().Add(c.cfg.RetryTimeout)
 	for attempt := 0; ; attempt++ {
-		i := int(c.next.Load()) % len(c.rpcs)
-		err := wire.FromConnect(fn(ctx, c.rpcs[i]))
+		eps := *c.eps.Load()
+		i := int(c.next.Load()) % len(eps)
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
+		err := wire.FromConnect(fn(actx, eps[i]))
+		if err != nil && actx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%s did not answer within %v: %w", eps[i].host, c.cfg.AttemptTimeout+extra, fencelock.ErrUnavailable)
+		}
+		cancel()
 		if err == nil || !retryable(err) {
 			return err
 		}
@@ -161,8 +185,15 @@ func (c *Client) call(ctx context.Context, fn func(context.Context, fencelockv1c
 		if time.Now().After(giveUp) {
 			return fmt.Errorf("gave up after %v of retries: %w", c.cfg.RetryTimeout, err)
 		}
+		var nl *wire.NotLeaderError
+		if errors.As(err, &nl) && nl.Leader != "" {
+			if j := c.endpointOf(nl.Leader); j != i {
+				c.next.Store(uint32(j))
+				continue // follow the redirect to the leader
+			}
+		}
 		c.next.CompareAndSwap(uint32(i), uint32(i+1))
-		if attempt%len(c.rpcs) == len(c.rpcs)-1 {
+		if attempt%len(eps) == len(eps)-1 {
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
@@ -171,6 +202,35 @@ func (c *Client) call(ctx context.Context, fn func(context.Context, fencelockv1c
 			backoff = min(2*backoff, c.cfg.MaxRetryBackoff)
 		}
 	}
+}
+
+// endpoint is one node's API, with a client of each service.
+type endpoint struct {
+	host    string // host:port
+	lock    fencelockv1connect.LockServiceClient
+	cluster fencelockv1connect.ClusterServiceClient
+}
+
+func newEndpoint(hc *http.Client, u string) *endpoint {
+	return &endpoint{host: u[strings.Index(u, "://")+3:],
+		lock:    fencelockv1connect.NewLockServiceClient(hc, u),
+		cluster: fencelockv1connect.NewClusterServiceClient(hc, u)}
+}
+
+// endpointOf returns the index of the endpoint at host:port addr, adding it
+// when the client does not know it yet.
+func (c *Client) endpointOf(addr string) int {
+	c.epMu.Lock()
+	defer c.epMu.Unlock()
+	eps := *c.eps.Load()
+	for i, ep := range eps {
+		if ep.host == addr {
+			return i
+		}
+	}
+	grown := append(append([]*endpoint(nil), eps...), newEndpoint(c.hc, "http://"+addr))
+	c.eps.Store(&grown)
+	return len(grown) - 1
 }
 
 func defaultHolder() string {

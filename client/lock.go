@@ -12,7 +12,6 @@ import (
 
 	"github.com/fencelock/fencelock"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
-	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
 
 // waitChunk bounds one queued Acquire call when the caller's context has no
@@ -58,9 +57,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			RequestId: o.requestID, Holder: o.holder}
 		var start time.Time
 		var g *fencelockv1.Grant
-		err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
+		err := c.callAt(ctx, wait, func(ctx context.Context, ep *endpoint) error {
 			start = time.Now() // the lease began no earlier than this attempt
-			resp, err := rpc.Acquire(ctx, connect.NewRequest(req))
+			resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
 			if err != nil {
 				return err
 			}

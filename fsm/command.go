@@ -16,6 +16,8 @@ const (
 	OpRelease                  // end a grant named by lease id and token
 	OpExpire                   // end a grant named by token, decided by the leader's timer
 	OpCancelWait               // remove a waiter that gave up, or release what it was granted
+	OpSetMember                // record a node's API address (Name: node id, Holder: address)
+	OpDropMember               // forget a removed node's API address (Name: node id)
 )
 
 // Command is one entry of the replicated log. The proposer fills Now with its

@@ -81,6 +81,7 @@ type FSM struct {
 	reqOrder []*record
 	expired  map[fencelock.LeaseID]*record // lease id -> the expired grant
 	expOrder []*record
+	members  map[string]string // node id -> API address
 	applied  uint64
 }
 
@@ -103,6 +104,7 @@ func (f *FSM) reset() {
 	f.reqOrder = nil
 	f.expired = make(map[fencelock.LeaseID]*record)
 	f.expOrder = nil
+	f.members = make(map[string]string)
 }
 
 type event struct {
@@ -155,6 +157,12 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 		return Result{}
 	case OpCancelWait:
 		return f.cancelWait(index, cmd, events)
+	case OpSetMember:
+		f.members[string(cmd.Name)] = cmd.Holder
+		return Result{}
+	case OpDropMember:
+		delete(f.members, string(cmd.Name))
+		return Result{}
 	default:
 		return Result{Err: fmt.Errorf("apply entry %d: unknown op %d: %w", index, cmd.Op, fencelock.ErrInvalidArgument)}
 	}
@@ -341,6 +349,25 @@ func (f *FSM) Holders() map[fencelock.LockName]Holder {
 		if l.Holder != nil {
 			out[n] = *l.Holder
 		}
+	}
+	return out
+}
+
+// MemberAPI returns the API address recorded for a node id.
+func (f *FSM) MemberAPI(id string) (string, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	a, ok := f.members[id]
+	return a, ok
+}
+
+// MemberAPIs returns every recorded node id -> API address.
+func (f *FSM) MemberAPIs() map[string]string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string]string, len(f.members))
+	for k, v := range f.members {
+		out[k] = v
 	}
 	return out
 }

@@ -225,6 +225,7 @@ func TestFSM_SnapshotRestoreReplaces(t *testing.T) {
 	h.apply(acq("b", "r2", "L2", false))
 	gc := h.apply(acq("c", "r3", "L3", false)).Grant
 	h.apply(Command{Op: OpExpire, Name: "c", Token: gc.Token})
+	h.apply(Command{Op: OpSetMember, Name: "n1", Holder: "127.0.0.1:7070"})
 
 	snap, err := h.f.Snapshot()
 	if err != nil {
@@ -247,6 +248,9 @@ func TestFSM_SnapshotRestoreReplaces(t *testing.T) {
 	}
 	if !reflect.DeepEqual(other.f.requests, h.f.requests) || !other.f.Expired("L3") {
 		t.Error("restored request ids or expired leases differ from the snapshot's")
+	}
+	if got, _ := other.f.MemberAPI("n1"); got != "127.0.0.1:7070" {
+		t.Errorf("restored member n1 API %q, want 127.0.0.1:7070", got)
 	}
 	if other.f.AppliedIndex() != h.f.AppliedIndex() {
 		t.Errorf("restored applied index %d, want %d", other.f.AppliedIndex(), h.f.AppliedIndex())

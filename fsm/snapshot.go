@@ -12,10 +12,11 @@ import (
 
 // state is the snapshot's wire form.
 type state struct {
-	Applied  uint64   `json:"applied"`
-	Locks    []Lock   `json:"locks"`
-	Requests []record `json:"requests"`
-	Expired  []record `json:"expired"`
+	Applied  uint64            `json:"applied"`
+	Locks    []Lock            `json:"locks"`
+	Requests []record          `json:"requests"`
+	Expired  []record          `json:"expired"`
+	Members  map[string]string `json:"members,omitempty"`
 }
 
 type snapshot struct{ data []byte }
@@ -24,7 +25,10 @@ type snapshot struct{ data []byte }
 // may run concurrently with later Applies.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
-	st := state{Applied: f.applied, Locks: make([]Lock, 0, len(f.locks))}
+	st := state{Applied: f.applied, Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members))}
+	for k, v := range f.members {
+		st.Members[k] = v
+	}
 	for _, l := range f.locks {
 		st.Locks = append(st.Locks, l.clone())
 	}
@@ -69,6 +73,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.reset()
 	f.applied = st.Applied
+	for k, v := range st.Members {
+		f.members[k] = v
+	}
 	for i := range st.Locks {
 		l := st.Locks[i]
 		f.locks[l.Name] = &l

@@ -15,6 +15,20 @@ type Config struct {
 	DataDir string
 	// RaftAddr is the Raft transport's listen address (host:port).
 	RaftAddr string
+	// APIAddr is the API address other nodes and clients reach this node
+	// at; followers name the leader's in their not_leader answers.
+	APIAddr string
+
+	// Bootstrap lists the voters of a new cluster (this node among them).
+	// Empty means a one-node group of this node alone. Ignored when the data
+	// dir already holds Raft state, or when Join is set.
+	Bootstrap []Peer
+	// Join starts the node without bootstrapping: it waits to be added to an
+	// existing cluster (see AddMember).
+	Join bool
+	// PeerAddrs overrides the Raft address used to reach a peer, by node id
+	// (a proxy, a NAT address). Peers not listed use their configured address.
+	PeerAddrs map[string]string
 
 	// MinTTL and MaxTTL bound the TTL a client may ask for.
 	MinTTL, MaxTTL time.Duration
@@ -29,6 +43,9 @@ type Config struct {
 	// SnapshotInterval how often Raft checks it.
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
+	// TrailingLogs is how many log entries are kept after a snapshot; a
+	// follower further behind catches up by InstallSnapshot.
+	TrailingLogs uint64
 	// ApplyTimeout bounds how long one proposal waits to be committed when
 	// the caller's context has no earlier deadline.
 	ApplyTimeout time.Duration
@@ -51,6 +68,7 @@ func DefaultConfig() Config {
 		ElectionTimeout:   500 * time.Millisecond,
 		SnapshotThreshold: 8192,
 		SnapshotInterval:  30 * time.Second,
+		TrailingLogs:      10240,
 		ApplyTimeout:      10 * time.Second,
 		Logger:            slog.Default(),
 	}
@@ -77,6 +95,16 @@ func (c Config) Validate() error {
 	if c.HeartbeatTimeout <= 0 || c.ElectionTimeout <= 0 {
 		errs = append(errs, errors.New("raft timeouts must be positive"))
 	}
+	self := false
+	for _, p := range c.Bootstrap {
+		if p.ID == "" || p.RaftAddr == "" {
+			errs = append(errs, fmt.Errorf("bootstrap peer %+v needs an id and a raft address", p))
+		}
+		self = self || p.ID == c.NodeID
+	}
+	if len(c.Bootstrap) > 0 && !self {
+		errs = append(errs, fmt.Errorf("bootstrap list does not include this node (%s)", c.NodeID))
+	}
 	if c.ApplyTimeout <= 0 {
 		errs = append(errs, errors.New("apply timeout must be positive"))
 	}
@@ -87,4 +115,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("invalid server config: %w", err)
 	}
 	return nil
+}
+
+// Peer is one voter of a bootstrap configuration.
+type Peer struct {
+	ID       string
+	RaftAddr string
 }

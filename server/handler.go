@@ -25,6 +25,8 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	path, h := fencelockv1connect.NewLockServiceHandler((*api)(s), connect.WithReadMaxBytes(maxMessageBytes))
 	mux.Handle(path, h)
+	cpath, ch := fencelockv1connect.NewClusterServiceHandler((*clusterAPI)(s), connect.WithReadMaxBytes(maxMessageBytes))
+	mux.Handle(cpath, ch)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

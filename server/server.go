@@ -70,7 +70,11 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("resolve raft address %q: %w", cfg.RaftAddr, err)
 	}
-	trans, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 10*time.Second, raftLog)
+	tc := &raft.NetworkTransportConfig{Logger: raftLog, MaxPool: 3, Timeout: max(2*time.Second, 4*cfg.HeartbeatTimeout)}
+	if len(cfg.PeerAddrs) > 0 {
+		tc.ServerAddressProvider = peerAddrs(cfg.PeerAddrs)
+	}
+	trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, addr, tc)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("listen on raft address %q: %w", cfg.RaftAddr, err)
@@ -85,6 +89,9 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	rc.LeaderLeaseTimeout = min(cfg.HeartbeatTimeout, rc.LeaderLeaseTimeout)
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.SnapshotInterval = cfg.SnapshotInterval
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
+	}
 	rc.BatchApplyCh = true
 	notify := make(chan bool, 8)
 	rc.NotifyCh = notify
@@ -95,14 +102,20 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("inspect raft state: %w", err)
 	}
-	if !existing {
+	if !existing && !cfg.Join {
 		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}}
+		if len(cfg.Bootstrap) > 0 {
+			boot.Servers = nil
+			for _, p := range cfg.Bootstrap {
+				boot.Servers = append(boot.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+			}
+		}
 		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, boot); err != nil {
 			trans.Close()
 			store.Close()
 			return nil, fmt.Errorf("bootstrap raft: %w", err)
 		}
-		s.log.Info("bootstrapped one-node raft group", "node", cfg.NodeID, "dir", cfg.DataDir)
+		s.log.Info("bootstrapped raft group", "node", cfg.NodeID, "voters", len(boot.Servers), "dir", cfg.DataDir)
 	}
 	r, err := raft.NewRaft(rc, s.fsm, store, store, snaps, trans)
 	if err != nil {
@@ -113,6 +126,10 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	s.raft = r
 	s.wg.Add(1)
 	go s.watchLeadership(notify)
+	if cfg.APIAddr != "" {
+		s.wg.Add(1)
+		go s.registerLoop()
+	}
 	return s, nil
 }
 
@@ -177,6 +194,7 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 				}
 				n := s.leases.activate(s.fsm.Holders, time.Now())
 				s.ready.Store(true)
+				s.recordAPIAddr()
 				s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "term", s.raft.Stats()["term"])
 			}()
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/internal/wire"
 )
 
 // Limits on request fields, checked at the API edge.
@@ -270,6 +271,14 @@ func (s *Server) List(ctx context.Context, prefix, pageToken string, size int) (
 	return out, next, nil
 }
 
+// notLeader returns ErrNotLeader with the leader's API address as a hint,
+// when this node knows it.
 func (s *Server) notLeader() error {
-	return fmt.Errorf("node %s: %w", s.cfg.NodeID, fencelock.ErrNotLeader)
+	_, id := s.raft.LeaderWithID()
+	api, _ := s.fsm.MemberAPI(string(id))
+	msg := fmt.Sprintf("node %s is not the leader", s.cfg.NodeID)
+	if api != "" {
+		msg += fmt.Sprintf("; the leader is %s at %s", id, api)
+	}
+	return wire.NewNotLeader(api, msg)
 }

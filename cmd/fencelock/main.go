@@ -23,6 +23,8 @@ Start here:
 Service:
   serve      run a lock service node (one-node Raft group by default)
   store      run the fenced object store (rejects writes with stale tokens)
+  status     show the cluster: members, leader, term, each node's indexes and health
+  members    list, add or remove voters; transfer leadership
 
 Locks:
   lock       run a command while holding a lock (passes FENCELOCK_TOKEN)
@@ -53,6 +55,8 @@ var commands = map[string]command{
 	"release":     runRelease,
 	"describe":    runDescribe,
 	"list":        runList,
+	"members":     runMembers,
+	"status":      runStatus,
 }
 
 // exitError carries a process exit status out of run.

@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/server"
 )
 
@@ -24,6 +26,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest lease TTL a client may ask for")
 	fs.DurationVar(&cfg.MaxWait, "max-wait", cfg.MaxWait, "longest a client may wait in a lock's queue per call")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between snapshots")
+	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often to check whether a snapshot is due")
+	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot; a follower further behind gets the snapshot")
+	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "Raft heartbeat timeout")
+	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "Raft election timeout")
+	advertise := fs.String("advertise", "", "API address other nodes and clients use for this node (default: --listen)")
+	bootstrap := fs.String("bootstrap", "", "voters of a NEW cluster, id=raft-addr,... including this node (default: this node alone)")
+	join := fs.String("join", "", "join an existing cluster through any member's API address(es), comma-separated")
+	peerAddrs := fs.String("raft-peer-addrs", "", "override the Raft address used to reach peers, id=addr,... for every peer (proxies, NAT)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -37,10 +47,33 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Logger = log
+	peers, err := parsePairs(*bootstrap, "--bootstrap")
+	if err != nil {
+		return err
+	}
+	for _, p := range peers {
+		cfg.Bootstrap = append(cfg.Bootstrap, server.Peer{ID: p[0], RaftAddr: p[1]})
+	}
+	overrides, err := parsePairs(*peerAddrs, "--raft-peer-addrs")
+	if err != nil {
+		return err
+	}
+	cfg.PeerAddrs = map[string]string{}
+	for _, p := range overrides {
+		cfg.PeerAddrs[p[0]] = p[1]
+	}
+	if *join != "" && *bootstrap != "" {
+		return usageErr("--join and --bootstrap exclude each other: bootstrap a new cluster, or join one")
+	}
+	cfg.Join = *join != ""
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	cfg.APIAddr = *advertise
+	if cfg.APIAddr == "" {
+		cfg.APIAddr = ln.Addr().String()
 	}
 	s, err := server.Open(ctx, cfg)
 	if err != nil {
@@ -57,13 +90,20 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	go func() { serveErr <- hs.Serve(ln) }()
 	log.Info("fencelock serving", "api", ln.Addr().String(), "raft", cfg.RaftAddr, "data_dir", cfg.DataDir, "node", cfg.NodeID)
 
-	readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	if err := s.WaitReady(readyCtx); err == nil {
-		log.Info("ready", "api", ln.Addr().String())
-	} else if ctx.Err() == nil {
-		log.Warn("not leader yet; serving anyway", "err", err)
+	if cfg.Join {
+		if err := joinCluster(ctx, *join, cfg); err != nil {
+			return err
+		}
+		log.Info("joined cluster", "via", *join)
+	} else if len(cfg.Bootstrap) <= 1 {
+		readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := s.WaitReady(readyCtx); err == nil {
+			log.Info("ready", "api", ln.Addr().String())
+		} else if ctx.Err() == nil {
+			log.Warn("not leader yet; serving anyway", "err", err)
+		}
+		cancel()
 	}
-	cancel()
 
 	select {
 	case <-ctx.Done():
@@ -77,4 +117,44 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer scancel()
 	_ = hs.Shutdown(sctx)
 	return s.Close()
+}
+
+// parsePairs parses "a=b,c=d".
+func parsePairs(s, flagName string) ([][2]string, error) {
+	var out [][2]string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(item, "=")
+		if !ok || k == "" || v == "" {
+			return nil, usageErr("%s: %q is not id=address", flagName, item)
+		}
+		out = append(out, [2]string{k, v})
+	}
+	return out, nil
+}
+
+// joinCluster asks the cluster, through any of the given members, to add
+// this node as a voter, retrying until it succeeds or ctx ends.
+func joinCluster(ctx context.Context, via string, cfg server.Config) error {
+	c, err := client.New(strings.Split(via, ",")...)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for {
+		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		err := c.AddMember(actx, cfg.NodeID, cfg.RaftAddr, cfg.APIAddr)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		cfg.Logger.Warn("join failed; retrying", "via", via, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("join cluster via %s: %w", via, err)
+		case <-time.After(time.Second):
+		}
+	}
 }

@@ -5,11 +5,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
-// Proxy forwards TCP connections from Addr to a target. Blocked, it drops
-// bytes silently in both directions and leaves connections open, as a real
-// partition does: callers hang instead of seeing a reset.
+// Proxy forwards TCP connections from Addr to a target. Blocked, it stops
+// moving bytes in both directions and leaves connections open, as a real
+// partition does: callers hang instead of seeing a reset. What was sent
+// during the partition is delivered after Unblock, like TCP retransmission.
 type Proxy struct {
 	Addr    string
 	target  string
@@ -70,8 +72,14 @@ func (p *Proxy) accept() {
 func (p *Proxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
+		for p.blocked.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
 		n, err := src.Read(buf)
-		if n > 0 && !p.blocked.Load() {
+		for n > 0 && p.blocked.Load() {
+			time.Sleep(5 * time.Millisecond) // read before the partition: hold it
+		}
+		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				src.Close()
 				return

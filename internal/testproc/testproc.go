@@ -65,6 +65,8 @@ type Server struct {
 	RaftAddr string
 	DataDir  string
 	Args     []string // extra flags
+	// Follower: Start waits only for /healthz, not for this node to lead.
+	Follower bool
 	cmd      *exec.Cmd
 	log      *bytes.Buffer
 }
@@ -96,9 +98,13 @@ func (s *Server) Start() {
 	if err := s.cmd.Start(); err != nil {
 		s.tb.Fatalf("start fencelock serve: %v", err)
 	}
+	path := "/readyz"
+	if s.Follower {
+		path = "/healthz"
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + s.Addr + "/readyz")
+		resp, err := http.Get("http://" + s.Addr + path)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -119,6 +125,21 @@ func (s *Server) Kill9() {
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	_ = s.cmd.Wait()
 	s.cmd = nil
+}
+
+// Running reports whether the process is running (not killed by Kill9).
+func (s *Server) Running() bool { return s.cmd != nil }
+
+// IsReadyLeader reports whether /readyz answers 200: the node leads and
+// has re-armed its leases.
+func (s *Server) IsReadyLeader() bool {
+	c := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := c.Get("http://" + s.Addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // Signal sends sig to the process.
@@ -144,4 +165,17 @@ func Run(ctx context.Context, tb testing.TB, env []string, args ...string) (stri
 		tb.Fatalf("run fencelock %v: %v", args, err)
 	}
 	return string(out), 0
+}
+
+// AttachServer prepares a Server built by the caller (fields Addr,
+// RaftAddr, DataDir, Args, Follower) and kills it when the test ends. Call
+// Start to run it.
+func AttachServer(tb testing.TB, s *Server) *Server {
+	s.tb = tb
+	tb.Cleanup(func() {
+		if s.cmd != nil {
+			s.Kill9()
+		}
+	})
+	return s
 }

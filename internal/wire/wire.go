@@ -131,6 +131,11 @@ type remoteError struct {
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
+// NewNotLeader returns a *NotLeaderError with a leader hint (may be "").
+func NewNotLeader(leader, msg string) *NotLeaderError {
+	return &NotLeaderError{Leader: leader, msg: msg}
+}
+
 // NotLeaderError says the node is not the leader, and which node is, when
 // known. errors.Is(err, fencelock.ErrNotLeader) is true for it.
 type NotLeaderError struct {

@@ -850,6 +850,517 @@ func (x *ErrorDetail) GetLeader() string {
 	return ""
 }
 
+type Member struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	ApiAddr       string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	Voter         bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader        bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Member) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Member) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+func (x *Member) GetApiAddr() string {
+	if x != nil {
+		return x.ApiAddr
+	}
+	return ""
+}
+
+func (x *Member) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *Member) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
+}
+
+type StatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// leader, follower, candidate or shutdown.
+	State             string `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	LeaderId          string `protobuf:"bytes,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderApi         string `protobuf:"bytes,4,opt,name=leader_api,json=leaderApi,proto3" json:"leader_api,omitempty"`
+	Term              uint64 `protobuf:"varint,5,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex       uint64 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex      uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	LastLogIndex      uint64 `protobuf:"varint,8,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	LastSnapshotIndex uint64 `protobuf:"varint,9,opt,name=last_snapshot_index,json=lastSnapshotIndex,proto3" json:"last_snapshot_index,omitempty"`
+	// Time since this follower last heard from the leader (zero on the leader).
+	LastContact *durationpb.Duration `protobuf:"bytes,10,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
+	Members     []*Member            `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
+	// True once this node is the leader with every lease re-armed.
+	Ready         bool `protobuf:"varint,12,opt,name=ready,proto3" json:"ready,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StatusResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLeaderApi() string {
+	if x != nil {
+		return x.LeaderApi
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastLogIndex() uint64 {
+	if x != nil {
+		return x.LastLogIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastSnapshotIndex() uint64 {
+	if x != nil {
+		return x.LastSnapshotIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastContact() *durationpb.Duration {
+	if x != nil {
+		return x.LastContact
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+type AddMemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	ApiAddr       string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMemberRequest) Reset() {
+	*x = AddMemberRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemberRequest) ProtoMessage() {}
+
+func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
+func (*AddMemberRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AddMemberRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AddMemberRequest) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
+func (x *AddMemberRequest) GetApiAddr() string {
+	if x != nil {
+		return x.ApiAddr
+	}
+	return ""
+}
+
+type AddMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMemberResponse) Reset() {
+	*x = AddMemberResponse{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemberResponse) ProtoMessage() {}
+
+func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
+func (*AddMemberResponse) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
+}
+
+type RemoveMemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberRequest) Reset() {
+	*x = RemoveMemberRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberRequest) ProtoMessage() {}
+
+func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
+func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RemoveMemberRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RemoveMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberResponse) Reset() {
+	*x = RemoveMemberResponse{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberResponse) ProtoMessage() {}
+
+func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
+func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
+}
+
+type TransferLeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderRequest) Reset() {
+	*x = TransferLeaderRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderRequest) ProtoMessage() {}
+
+func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TransferLeaderRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type TransferLeaderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaderId      string                 `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderResponse) Reset() {
+	*x = TransferLeaderResponse{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderResponse) ProtoMessage() {}
+
+func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *TransferLeaderResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
 var File_fencelock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_fencelock_v1_lock_proto_rawDesc = "" +
@@ -908,13 +1419,52 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x124\n" +
 	"\aexpires\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x16\n" +
-	"\x06leader\x18\x06 \x01(\tR\x06leader2\xe9\x02\n" +
+	"\x06leader\x18\x06 \x01(\tR\x06leader\"~\n" +
+	"\x06Member\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x14\n" +
+	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\"\x0f\n" +
+	"\rStatusRequest\"\xa8\x03\n" +
+	"\x0eStatusResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\tR\bleaderId\x12\x1d\n" +
+	"\n" +
+	"leader_api\x18\x04 \x01(\tR\tleaderApi\x12\x12\n" +
+	"\x04term\x18\x05 \x01(\x04R\x04term\x12!\n" +
+	"\fcommit_index\x18\x06 \x01(\x04R\vcommitIndex\x12#\n" +
+	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x12$\n" +
+	"\x0elast_log_index\x18\b \x01(\x04R\flastLogIndex\x12.\n" +
+	"\x13last_snapshot_index\x18\t \x01(\x04R\x11lastSnapshotIndex\x12<\n" +
+	"\flast_contact\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\vlastContact\x12.\n" +
+	"\amembers\x18\v \x03(\v2\x14.fencelock.v1.MemberR\amembers\x12\x14\n" +
+	"\x05ready\x18\f \x01(\bR\x05ready\"Z\n" +
+	"\x10AddMemberRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
+	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\"\x13\n" +
+	"\x11AddMemberResponse\"%\n" +
+	"\x13RemoveMemberRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x16\n" +
+	"\x14RemoveMemberResponse\"'\n" +
+	"\x15TransferLeaderRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"5\n" +
+	"\x16TransferLeaderResponse\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\xe9\x02\n" +
 	"\vLockService\x12F\n" +
 	"\aAcquire\x12\x1c.fencelock.v1.AcquireRequest\x1a\x1d.fencelock.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.fencelock.v1.RenewRequest\x1a\x1b.fencelock.v1.RenewResponse\x12F\n" +
 	"\aRelease\x12\x1c.fencelock.v1.ReleaseRequest\x1a\x1d.fencelock.v1.ReleaseResponse\x12I\n" +
 	"\bDescribe\x12\x1d.fencelock.v1.DescribeRequest\x1a\x1e.fencelock.v1.DescribeResponse\x12=\n" +
-	"\x04List\x12\x19.fencelock.v1.ListRequest\x1a\x1a.fencelock.v1.ListResponseB?Z=github.com/fencelock/fencelock/proto/fencelock/v1;fencelockv1b\x06proto3"
+	"\x04List\x12\x19.fencelock.v1.ListRequest\x1a\x1a.fencelock.v1.ListResponse2\xd7\x02\n" +
+	"\x0eClusterService\x12C\n" +
+	"\x06Status\x12\x1b.fencelock.v1.StatusRequest\x1a\x1c.fencelock.v1.StatusResponse\x12L\n" +
+	"\tAddMember\x12\x1e.fencelock.v1.AddMemberRequest\x1a\x1f.fencelock.v1.AddMemberResponse\x12U\n" +
+	"\fRemoveMember\x12!.fencelock.v1.RemoveMemberRequest\x1a\".fencelock.v1.RemoveMemberResponse\x12[\n" +
+	"\x0eTransferLeader\x12#.fencelock.v1.TransferLeaderRequest\x1a$.fencelock.v1.TransferLeaderResponseB?Z=github.com/fencelock/fencelock/proto/fencelock/v1;fencelockv1b\x06proto3"
 
 var (
 	file_fencelock_v1_lock_proto_rawDescOnce sync.Once
@@ -928,53 +1478,72 @@ func file_fencelock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_fencelock_v1_lock_proto_rawDescData
 }
 
-var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_fencelock_v1_lock_proto_goTypes = []any{
-	(*AcquireRequest)(nil),        // 0: fencelock.v1.AcquireRequest
-	(*Grant)(nil),                 // 1: fencelock.v1.Grant
-	(*AcquireResponse)(nil),       // 2: fencelock.v1.AcquireResponse
-	(*RenewRequest)(nil),          // 3: fencelock.v1.RenewRequest
-	(*RenewResponse)(nil),         // 4: fencelock.v1.RenewResponse
-	(*ReleaseRequest)(nil),        // 5: fencelock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 6: fencelock.v1.ReleaseResponse
-	(*DescribeRequest)(nil),       // 7: fencelock.v1.DescribeRequest
-	(*Waiter)(nil),                // 8: fencelock.v1.Waiter
-	(*LockInfo)(nil),              // 9: fencelock.v1.LockInfo
-	(*DescribeResponse)(nil),      // 10: fencelock.v1.DescribeResponse
-	(*ListRequest)(nil),           // 11: fencelock.v1.ListRequest
-	(*ListResponse)(nil),          // 12: fencelock.v1.ListResponse
-	(*ErrorDetail)(nil),           // 13: fencelock.v1.ErrorDetail
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*AcquireRequest)(nil),         // 0: fencelock.v1.AcquireRequest
+	(*Grant)(nil),                  // 1: fencelock.v1.Grant
+	(*AcquireResponse)(nil),        // 2: fencelock.v1.AcquireResponse
+	(*RenewRequest)(nil),           // 3: fencelock.v1.RenewRequest
+	(*RenewResponse)(nil),          // 4: fencelock.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 5: fencelock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 6: fencelock.v1.ReleaseResponse
+	(*DescribeRequest)(nil),        // 7: fencelock.v1.DescribeRequest
+	(*Waiter)(nil),                 // 8: fencelock.v1.Waiter
+	(*LockInfo)(nil),               // 9: fencelock.v1.LockInfo
+	(*DescribeResponse)(nil),       // 10: fencelock.v1.DescribeResponse
+	(*ListRequest)(nil),            // 11: fencelock.v1.ListRequest
+	(*ListResponse)(nil),           // 12: fencelock.v1.ListResponse
+	(*ErrorDetail)(nil),            // 13: fencelock.v1.ErrorDetail
+	(*Member)(nil),                 // 14: fencelock.v1.Member
+	(*StatusRequest)(nil),          // 15: fencelock.v1.StatusRequest
+	(*StatusResponse)(nil),         // 16: fencelock.v1.StatusResponse
+	(*AddMemberRequest)(nil),       // 17: fencelock.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 18: fencelock.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 19: fencelock.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 20: fencelock.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 21: fencelock.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 22: fencelock.v1.TransferLeaderResponse
+	(*durationpb.Duration)(nil),    // 23: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
 }
 var file_fencelock_v1_lock_proto_depIdxs = []int32{
-	14, // 0: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	14, // 1: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	14, // 2: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
+	23, // 0: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	23, // 1: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	23, // 2: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
 	1,  // 3: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
-	14, // 4: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
-	14, // 5: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
-	15, // 6: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
-	14, // 7: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
+	23, // 4: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
+	23, // 5: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
+	24, // 6: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
+	23, // 7: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
 	8,  // 8: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
 	9,  // 9: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
 	9,  // 10: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
-	15, // 11: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
-	0,  // 12: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
-	3,  // 13: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
-	5,  // 14: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
-	7,  // 15: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
-	11, // 16: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
-	2,  // 17: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
-	4,  // 18: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
-	6,  // 19: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
-	10, // 20: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
-	12, // 21: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	24, // 11: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
+	23, // 12: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	14, // 13: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
+	0,  // 14: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
+	3,  // 15: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
+	5,  // 16: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
+	7,  // 17: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
+	11, // 18: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
+	15, // 19: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
+	17, // 20: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
+	19, // 21: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
+	21, // 22: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
+	2,  // 23: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
+	4,  // 24: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
+	6,  // 25: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
+	10, // 26: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
+	12, // 27: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
+	16, // 28: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
+	18, // 29: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
+	20, // 30: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
+	22, // 31: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
+	23, // [23:32] is the sub-list for method output_type
+	14, // [14:23] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_fencelock_v1_lock_proto_init() }
@@ -988,9 +1557,9 @@ func file_fencelock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fencelock_v1_lock_proto_rawDesc), len(file_fencelock_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   23,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_fencelock_v1_lock_proto_goTypes,
 		DependencyIndexes: file_fencelock_v1_lock_proto_depIdxs,

@@ -30,6 +30,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// LockServiceName is the fully-qualified name of the LockService service.
 	LockServiceName = "fencelock.v1.LockService"
+	// ClusterServiceName is the fully-qualified name of the ClusterService service.
+	ClusterServiceName = "fencelock.v1.ClusterService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -50,6 +52,17 @@ const (
 	LockServiceDescribeProcedure = "/fencelock.v1.LockService/Describe"
 	// LockServiceListProcedure is the fully-qualified name of the LockService's List RPC.
 	LockServiceListProcedure = "/fencelock.v1.LockService/List"
+	// ClusterServiceStatusProcedure is the fully-qualified name of the ClusterService's Status RPC.
+	ClusterServiceStatusProcedure = "/fencelock.v1.ClusterService/Status"
+	// ClusterServiceAddMemberProcedure is the fully-qualified name of the ClusterService's AddMember
+	// RPC.
+	ClusterServiceAddMemberProcedure = "/fencelock.v1.ClusterService/AddMember"
+	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
+	// RemoveMember RPC.
+	ClusterServiceRemoveMemberProcedure = "/fencelock.v1.ClusterService/RemoveMember"
+	// ClusterServiceTransferLeaderProcedure is the fully-qualified name of the ClusterService's
+	// TransferLeader RPC.
+	ClusterServiceTransferLeaderProcedure = "/fencelock.v1.ClusterService/TransferLeader"
 )
 
 // LockServiceClient is a client for the fencelock.v1.LockService service.
@@ -248,4 +261,168 @@ func (UnimplementedLockServiceHandler) Describe(context.Context, *connect.Reques
 
 func (UnimplementedLockServiceHandler) List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.LockService.List is not implemented"))
+}
+
+// ClusterServiceClient is a client for the fencelock.v1.ClusterService service.
+type ClusterServiceClient interface {
+	// Status returns this node's view: its state, the leader, term, indexes
+	// and the members.
+	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// AddMember adds a voter. Idempotent for a member already present with the
+	// same address.
+	AddMember(context.Context, *connect.Request[v1.AddMemberRequest]) (*connect.Response[v1.AddMemberResponse], error)
+	// RemoveMember removes a member. Refused (failed_precondition) when the
+	// members left that are reachable would not form a quorum.
+	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
+	// TransferLeader hands leadership to the given member, or to any up-to-date
+	// follower when id is empty.
+	TransferLeader(context.Context, *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error)
+}
+
+// NewClusterServiceClient constructs a client for the fencelock.v1.ClusterService service. By
+// default, it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses,
+// and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the
+// connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ClusterServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	clusterServiceMethods := v1.File_fencelock_v1_lock_proto.Services().ByName("ClusterService").Methods()
+	return &clusterServiceClient{
+		status: connect.NewClient[v1.StatusRequest, v1.StatusResponse](
+			httpClient,
+			baseURL+ClusterServiceStatusProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Status")),
+			connect.WithClientOptions(opts...),
+		),
+		addMember: connect.NewClient[v1.AddMemberRequest, v1.AddMemberResponse](
+			httpClient,
+			baseURL+ClusterServiceAddMemberProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("AddMember")),
+			connect.WithClientOptions(opts...),
+		),
+		removeMember: connect.NewClient[v1.RemoveMemberRequest, v1.RemoveMemberResponse](
+			httpClient,
+			baseURL+ClusterServiceRemoveMemberProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("RemoveMember")),
+			connect.WithClientOptions(opts...),
+		),
+		transferLeader: connect.NewClient[v1.TransferLeaderRequest, v1.TransferLeaderResponse](
+			httpClient,
+			baseURL+ClusterServiceTransferLeaderProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("TransferLeader")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// clusterServiceClient implements ClusterServiceClient.
+type clusterServiceClient struct {
+	status         *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	addMember      *connect.Client[v1.AddMemberRequest, v1.AddMemberResponse]
+	removeMember   *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
+	transferLeader *connect.Client[v1.TransferLeaderRequest, v1.TransferLeaderResponse]
+}
+
+// Status calls fencelock.v1.ClusterService.Status.
+func (c *clusterServiceClient) Status(ctx context.Context, req *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
+	return c.status.CallUnary(ctx, req)
+}
+
+// AddMember calls fencelock.v1.ClusterService.AddMember.
+func (c *clusterServiceClient) AddMember(ctx context.Context, req *connect.Request[v1.AddMemberRequest]) (*connect.Response[v1.AddMemberResponse], error) {
+	return c.addMember.CallUnary(ctx, req)
+}
+
+// RemoveMember calls fencelock.v1.ClusterService.RemoveMember.
+func (c *clusterServiceClient) RemoveMember(ctx context.Context, req *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error) {
+	return c.removeMember.CallUnary(ctx, req)
+}
+
+// TransferLeader calls fencelock.v1.ClusterService.TransferLeader.
+func (c *clusterServiceClient) TransferLeader(ctx context.Context, req *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error) {
+	return c.transferLeader.CallUnary(ctx, req)
+}
+
+// ClusterServiceHandler is an implementation of the fencelock.v1.ClusterService service.
+type ClusterServiceHandler interface {
+	// Status returns this node's view: its state, the leader, term, indexes
+	// and the members.
+	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// AddMember adds a voter. Idempotent for a member already present with the
+	// same address.
+	AddMember(context.Context, *connect.Request[v1.AddMemberRequest]) (*connect.Response[v1.AddMemberResponse], error)
+	// RemoveMember removes a member. Refused (failed_precondition) when the
+	// members left that are reachable would not form a quorum.
+	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
+	// TransferLeader hands leadership to the given member, or to any up-to-date
+	// follower when id is empty.
+	TransferLeader(context.Context, *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error)
+}
+
+// NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	clusterServiceMethods := v1.File_fencelock_v1_lock_proto.Services().ByName("ClusterService").Methods()
+	clusterServiceStatusHandler := connect.NewUnaryHandler(
+		ClusterServiceStatusProcedure,
+		svc.Status,
+		connect.WithSchema(clusterServiceMethods.ByName("Status")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceAddMemberHandler := connect.NewUnaryHandler(
+		ClusterServiceAddMemberProcedure,
+		svc.AddMember,
+		connect.WithSchema(clusterServiceMethods.ByName("AddMember")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceRemoveMemberHandler := connect.NewUnaryHandler(
+		ClusterServiceRemoveMemberProcedure,
+		svc.RemoveMember,
+		connect.WithSchema(clusterServiceMethods.ByName("RemoveMember")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceTransferLeaderHandler := connect.NewUnaryHandler(
+		ClusterServiceTransferLeaderProcedure,
+		svc.TransferLeader,
+		connect.WithSchema(clusterServiceMethods.ByName("TransferLeader")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/fencelock.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ClusterServiceStatusProcedure:
+			clusterServiceStatusHandler.ServeHTTP(w, r)
+		case ClusterServiceAddMemberProcedure:
+			clusterServiceAddMemberHandler.ServeHTTP(w, r)
+		case ClusterServiceRemoveMemberProcedure:
+			clusterServiceRemoveMemberHandler.ServeHTTP(w, r)
+		case ClusterServiceTransferLeaderProcedure:
+			clusterServiceTransferLeaderHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedClusterServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedClusterServiceHandler struct{}
+
+func (UnimplementedClusterServiceHandler) Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.ClusterService.Status is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) AddMember(context.Context, *connect.Request[v1.AddMemberRequest]) (*connect.Response[v1.AddMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.ClusterService.AddMember is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.ClusterService.RemoveMember is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) TransferLeader(context.Context, *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.ClusterService.TransferLeader is not implemented"))
 }

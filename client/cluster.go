@@ -1,0 +1,114 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+)
+
+// Member is one node of the service's Raft configuration.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	APIAddr  string `json:"api_addr,omitempty"`
+	Voter    bool   `json:"voter"`
+	Leader   bool   `json:"leader"`
+}
+
+// NodeStatus is one node's own view of the cluster.
+type NodeStatus struct {
+	ID                string        `json:"id"`
+	State             string        `json:"state"`
+	Ready             bool          `json:"ready"`
+	LeaderID          string        `json:"leader_id,omitempty"`
+	LeaderAPI         string        `json:"leader_api,omitempty"`
+	Term              uint64        `json:"term"`
+	CommitIndex       uint64        `json:"commit_index"`
+	AppliedIndex      uint64        `json:"applied_index"`
+	LastLogIndex      uint64        `json:"last_log_index"`
+	LastSnapshotIndex uint64        `json:"last_snapshot_index"`
+	LastContact       time.Duration `json:"last_contact"`
+	Members           []Member      `json:"members"`
+}
+
+// Status asks the node at addr (host:port or URL; it need not be one of the
+// client's endpoints) for its view of the cluster. It does not retry.
+func (c *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
+	u := strings.TrimRight(addr, "/")
+	if !strings.Contains(u, "://") {
+		u = "http://" + u
+	}
+	resp, err := fencelockv1connect.NewClusterServiceClient(c.hc, u).Status(ctx, connect.NewRequest(&fencelockv1.StatusRequest{}))
+	if err != nil {
+		return NodeStatus{}, fmt.Errorf("status of %s: %w", addr, wire.FromConnect(err))
+	}
+	m := resp.Msg
+	st := NodeStatus{ID: m.Id, State: m.State, Ready: m.Ready, LeaderID: m.LeaderId, LeaderAPI: m.LeaderApi, Term: m.Term,
+		CommitIndex: m.CommitIndex, AppliedIndex: m.AppliedIndex, LastLogIndex: m.LastLogIndex,
+		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration()}
+	for _, mm := range m.Members {
+		st.Members = append(st.Members, Member{ID: mm.Id, RaftAddr: mm.RaftAddr, APIAddr: mm.ApiAddr, Voter: mm.Voter, Leader: mm.Leader})
+	}
+	return st, nil
+}
+
+// AddMember adds a voter to the cluster (through the leader). apiAddr is
+// the new node's API address, recorded so that followers can name it.
+func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) error {
+	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		_, err := ep.cluster.AddMember(ctx, connect.NewRequest(&fencelockv1.AddMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr}))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("add member %s: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveMember removes a member. The service refuses, with an error
+// wrapping fencelock.ErrPreconditionFailed, a removal that would leave too
+// few reachable voters for a quorum.
+func (c *Client) RemoveMember(ctx context.Context, id string) error {
+	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		_, err := ep.cluster.RemoveMember(ctx, connect.NewRequest(&fencelockv1.RemoveMemberRequest{Id: id}))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remove member %s: %w", id, err)
+	}
+	return nil
+}
+
+// TransferLeader hands leadership to member id ("" for any up-to-date
+// follower) and returns the new leader's id.
+func (c *Client) TransferLeader(ctx context.Context, id string) (string, error) {
+	var leader string
+	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.cluster.TransferLeader(ctx, connect.NewRequest(&fencelockv1.TransferLeaderRequest{Id: id}))
+		if err != nil {
+			return err
+		}
+		leader = resp.Msg.LeaderId
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("transfer leadership: %w", err)
+	}
+	return leader, nil
+}
+
+// Endpoints returns the client's endpoints as host:port.
+func (c *Client) Endpoints() []string {
+	var out []string
+	for _, ep := range *c.eps.Load() {
+		out = append(out, ep.host)
+	}
+	return out
+}

@@ -1,0 +1,286 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fsm"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+)
+
+// peerAddrs is a raft.ServerAddressProvider that overrides peers' addresses
+// by node id; unknown ids fall back to the configured address.
+type peerAddrs map[string]string
+
+func (p peerAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if a, ok := p[string(id)]; ok {
+		return raft.ServerAddress(a), nil
+	}
+	return "", fmt.Errorf("no address override for %s", id)
+}
+
+// recordAPIAddr publishes this leader's API address in the replicated state,
+// so followers can point clients at it.
+func (s *Server) recordAPIAddr() {
+	if s.cfg.APIAddr == "" {
+		return
+	}
+	if a, ok := s.fsm.MemberAPI(s.cfg.NodeID); ok && a == s.cfg.APIAddr {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+	defer cancel()
+	if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpSetMember, Name: fencelock.LockName(s.cfg.NodeID), Holder: s.cfg.APIAddr}); err != nil {
+		s.log.Warn("record API address failed", "err", err)
+	}
+}
+
+// registerLoop makes sure this node's API address is in the replicated
+// state: a follower asks the leader to record it (AddMember with its own
+// address, which changes no membership).
+func (s *Server) registerLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if a, ok := s.fsm.MemberAPI(s.cfg.NodeID); ok && a == s.cfg.APIAddr {
+			continue
+		}
+		_, leaderID := s.raft.LeaderWithID()
+		leaderAPI, _ := s.fsm.MemberAPI(string(leaderID))
+		if leaderID == "" || string(leaderID) == s.cfg.NodeID || leaderAPI == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
+		c := fencelockv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+leaderAPI)
+		_, err := c.AddMember(ctx, connect.NewRequest(&fencelockv1.AddMemberRequest{
+			Id: s.cfg.NodeID, RaftAddr: s.cfg.RaftAddr, ApiAddr: s.cfg.APIAddr}))
+		cancel()
+		if err != nil {
+			s.log.Debug("register API address with the leader failed", "leader", leaderID, "err", err)
+		}
+	}
+}
+
+// Member is one node of the Raft configuration.
+type Member struct {
+	ID       string
+	RaftAddr string
+	APIAddr  string // "" if not recorded yet
+	Voter    bool
+	Leader   bool
+}
+
+// Status is one node's view of the cluster.
+type Status struct {
+	ID                string
+	State             string
+	LeaderID          string
+	LeaderAPI         string
+	Term              uint64
+	CommitIndex       uint64
+	AppliedIndex      uint64
+	LastLogIndex      uint64
+	LastSnapshotIndex uint64
+	LastContact       time.Duration
+	Members           []Member
+	Ready             bool
+}
+
+// Status returns this node's view of the cluster. It is served from local
+// state: it decides nothing.
+func (s *Server) Status() (Status, error) {
+	stats := s.raft.Stats()
+	u := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
+	_, leaderID := s.raft.LeaderWithID()
+	st := Status{
+		ID: s.cfg.NodeID, State: s.raft.State().String(), LeaderID: string(leaderID),
+		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: u("applied_index"),
+		LastLogIndex: u("last_log_index"), LastSnapshotIndex: u("last_snapshot_index"), Ready: s.Ready(),
+	}
+	st.LeaderAPI, _ = s.fsm.MemberAPI(st.LeaderID)
+	if lc := stats["last_contact"]; lc != "" && lc != "never" && lc != "0" {
+		st.LastContact, _ = time.ParseDuration(lc)
+	}
+	members, err := s.members()
+	if err != nil {
+		return st, err
+	}
+	st.Members = members
+	return st, nil
+}
+
+func (s *Server) members() ([]Member, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("read raft configuration: %v: %w", err, fencelock.ErrUnavailable)
+	}
+	_, leaderID := s.raft.LeaderWithID()
+	apis := s.fsm.MemberAPIs()
+	var out []Member
+	for _, srv := range f.Configuration().Servers {
+		out = append(out, Member{ID: string(srv.ID), RaftAddr: string(srv.Address), APIAddr: apis[string(srv.ID)],
+			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leaderID})
+	}
+	return out, nil
+}
+
+func (s *Server) requireLeader() error {
+	if s.raft.State() != raft.Leader {
+		return s.notLeader()
+	}
+	return nil
+}
+
+// AddMember adds a voter, or updates its API address if it is already one.
+// Errors: ErrNotLeader, ErrInvalidArgument, ErrUnavailable.
+func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) error {
+	if id == "" || raftAddr == "" || len(id) > 128 || len(raftAddr) > 256 || len(apiAddr) > 256 {
+		return fmt.Errorf("add member: id and raft address are required, at most 128 and 256 bytes: %w", fencelock.ErrInvalidArgument)
+	}
+	if err := s.requireLeader(); err != nil {
+		return err
+	}
+	members, err := s.members()
+	if err != nil {
+		return err
+	}
+	present := false
+	for _, m := range members {
+		present = present || m.ID == id && m.RaftAddr == raftAddr && m.Voter
+	}
+	if !present {
+		if err := s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			return s.raftErr("add member "+id, err)
+		}
+	}
+	if a, ok := s.fsm.MemberAPI(id); ok && a == apiAddr {
+		return nil
+	}
+	if apiAddr != "" {
+		if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpSetMember, Name: fencelock.LockName(id), Holder: apiAddr}); err != nil {
+			return err
+		}
+	}
+	s.log.Info("member added", "id", id, "raft", raftAddr, "api", apiAddr)
+	return nil
+}
+
+// RemoveMember removes a member. It is refused with ErrPreconditionFailed
+// when the voters left, counting only those that answer a status probe,
+// would not be a majority of the new configuration. The leader may remove
+// itself; it steps down once the change commits.
+func (s *Server) RemoveMember(ctx context.Context, id string) error {
+	if id == "" {
+		return fmt.Errorf("remove member: empty id: %w", fencelock.ErrInvalidArgument)
+	}
+	if err := s.requireLeader(); err != nil {
+		return err
+	}
+	members, err := s.members()
+	if err != nil {
+		return err
+	}
+	found, voters, healthy := false, 0, 0
+	for _, m := range members {
+		if m.ID == id {
+			found = true
+			continue
+		}
+		if !m.Voter {
+			continue
+		}
+		voters++
+		if m.ID == s.cfg.NodeID || s.probe(ctx, m.APIAddr) {
+			healthy++
+		}
+	}
+	if !found {
+		return fmt.Errorf("remove member %s: not in the configuration: %w", id, fencelock.ErrNotFound)
+	}
+	if voters == 0 || healthy < voters/2+1 {
+		return fmt.Errorf("remove member %s: only %d of the %d voters left answer; a quorum needs %d: %w",
+			id, healthy, voters, voters/2+1, fencelock.ErrPreconditionFailed)
+	}
+	if err := s.raft.RemoveServer(raft.ServerID(id), 0, s.cfg.ApplyTimeout).Error(); err != nil {
+		return s.raftErr("remove member "+id, err)
+	}
+	if id != s.cfg.NodeID {
+		if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpDropMember, Name: fencelock.LockName(id)}); err != nil {
+			s.log.Warn("forget removed member's API address failed", "id", id, "err", err)
+		}
+	}
+	s.log.Info("member removed", "id", id)
+	return nil
+}
+
+// probe reports whether the node at api answers a status request within a
+// second.
+func (s *Server) probe(ctx context.Context, api string) bool {
+	if api == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c := fencelockv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+api)
+	_, err := c.Status(ctx, connect.NewRequest(&fencelockv1.StatusRequest{}))
+	return err == nil
+}
+
+// TransferLeader hands leadership to member id, or to any up-to-date
+// follower when id is "". It returns the new leader's id.
+func (s *Server) TransferLeader(ctx context.Context, id string) (string, error) {
+	if err := s.requireLeader(); err != nil {
+		return "", err
+	}
+	var f raft.Future
+	if id == "" {
+		f = s.raft.LeadershipTransfer()
+	} else {
+		members, err := s.members()
+		if err != nil {
+			return "", err
+		}
+		addr := ""
+		for _, m := range members {
+			if m.ID == id {
+				addr = m.RaftAddr
+			}
+		}
+		if addr == "" {
+			return "", fmt.Errorf("transfer leadership to %s: not a member: %w", id, fencelock.ErrNotFound)
+		}
+		f = s.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr))
+	}
+	if err := f.Error(); err != nil {
+		return "", s.raftErr("transfer leadership", err)
+	}
+	for ctx.Err() == nil {
+		if _, lid := s.raft.LeaderWithID(); lid != "" && string(lid) != s.cfg.NodeID {
+			return string(lid), nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return "", fmt.Errorf("transfer leadership: %w: %w", fencelock.ErrUnavailable, ctx.Err())
+}
+
+func (s *Server) raftErr(what string, err error) error {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return fmt.Errorf("%s: %w", what, s.notLeader())
+	}
+	return fmt.Errorf("%s: %v: %w", what, err, fencelock.ErrUnavailable)
+}

@@ -1,0 +1,343 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/testproc"
+)
+
+func clusterClient(tb testing.TB, endpoints []string, retry time.Duration) *client.Client {
+	tb.Helper()
+	cfg := client.DefaultConfig(endpoints...)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.RetryTimeout = retry
+	c, err := client.NewFromConfig(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// churn acquires and releases name n times and returns the highest token.
+func churn(tb testing.TB, ctx context.Context, c *client.Client, name string, n int) fencelock.Token {
+	tb.Helper()
+	var last fencelock.Token
+	for i := 0; i < n; i++ {
+		l, err := c.Acquire(ctx, name, client.WithTTL(5*time.Second))
+		if err != nil {
+			tb.Fatalf("acquire %s: %v", name, err)
+		}
+		if l.Token() <= last {
+			tb.Fatalf("token %d after %d", l.Token(), last)
+		}
+		last = l.Token()
+		if err := l.Release(ctx); err != nil {
+			tb.Fatalf("release %s: %v", name, err)
+		}
+	}
+	return last
+}
+
+func TestCluster_LeaderKill9KeepsLeasesAndTokensGrow(t *testing.T) {
+	cl := testproc.StartCluster(t, 3)
+	ctx := ctxFor(t, 90*time.Second)
+	c := clusterClient(t, cl.Endpoints(), 30*time.Second)
+
+	held, err := c.TryAcquire(ctx, "held", client.WithTTL(8*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	highest := max(held.Token(), churn(t, ctx, c, "work", 10))
+
+	old := cl.Leader()
+	cl.Nodes[old].Kill9()
+	leader := cl.WaitLeader(old)
+	t.Logf("leader %s killed; %s took over", testproc.NodeID(old), testproc.NodeID(leader))
+
+	// The held lease survives the failover: re-armed with its full TTL, renewed
+	// by the keep-alive against the new leader, never revoked early.
+	time.Sleep(3 * time.Second)
+	if err := held.Err(); err != nil {
+		t.Fatalf("held lease lost across the failover: %v", err)
+	}
+	other := clusterClient(t, cl.Endpoints(), 30*time.Second)
+	_, err = other.TryAcquire(ctx, "held", client.WithTTL(time.Second))
+	var lh *fencelock.LockHeldError
+	if !errors.As(err, &lh) || lh.Token != held.Token() {
+		t.Fatalf("try-lock of the held lock after failover: got %v, want LockHeld with token %d", err, held.Token())
+	}
+	if next := churn(t, ctx, c, "work", 3); next <= highest {
+		t.Errorf("token after failover %d is not above every acknowledged token (%d)", next, highest)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Errorf("release the held lock on the new leader: %v", err)
+	}
+	cl.Nodes[old].Start() // rejoins and catches up
+}
+
+func TestCluster_SIGSTOPLeaderStepsDownAndNeverGrantsStale(t *testing.T) {
+	cl := testproc.StartCluster(t, 3)
+	ctx := ctxFor(t, 90*time.Second)
+	c := clusterClient(t, cl.Endpoints(), 30*time.Second)
+	before := churn(t, ctx, c, "work", 3)
+
+	old := cl.Leader()
+	if err := cl.Nodes[old].Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	leader := cl.WaitLeader(old)
+	z, err := c.TryAcquire(ctx, "z", client.WithTTL(20*time.Second))
+	if err != nil {
+		t.Fatalf("acquire on the new leader %s: %v", testproc.NodeID(leader), err)
+	}
+	if z.Token() <= before {
+		t.Errorf("token on the new leader %d is not above %d", z.Token(), before)
+	}
+	time.Sleep(time.Second) // longer than the election timeout
+	if err := cl.Nodes[old].Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	// The old leader, asked directly, never grants from its stale view: it
+	// refuses, or redirects to the new leader, which knows z is held.
+	direct := clusterClient(t, []string{cl.Nodes[old].Addr}, 10*time.Second)
+	_, err = direct.TryAcquire(ctx, "z", client.WithTTL(time.Second))
+	var lh *fencelock.LockHeldError
+	if !errors.As(err, &lh) || lh.Token != z.Token() {
+		t.Fatalf("try-lock of z through the resumed old leader: got %v, want LockHeld with token %d", err, z.Token())
+	}
+	waitFor(t, func() bool { return !cl.Nodes[old].IsReadyLeader() || cl.Leader() == old })
+	// Clients end up on whichever node leads now.
+	if next := churn(t, ctx, direct, "work", 2); next <= z.Token() {
+		t.Errorf("token after the old leader resumed %d is not above %d", next, z.Token())
+	}
+}
+
+func TestCluster_PartitionedLeaderCannotGrant(t *testing.T) {
+	cl := testproc.StartCluster(t, 3)
+	ctx := ctxFor(t, 90*time.Second)
+	c := clusterClient(t, cl.Endpoints(), 30*time.Second)
+	var grants []fencelock.Token
+	grants = append(grants, churn(t, ctx, c, "p", 3))
+
+	old := cl.Leader()
+	cl.Isolate(old)
+	minority := clusterClient(t, []string{cl.Nodes[old].Addr}, 3*time.Second)
+	mctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	if l, err := minority.TryAcquire(mctx, "p", client.WithTTL(5*time.Second)); err == nil {
+		t.Errorf("the isolated old leader granted token %d", l.Token())
+	}
+	cancel()
+	leader := cl.WaitLeader(old)
+	majority := clusterClient(t, []string{cl.Nodes[(old+1)%3].Addr, cl.Nodes[(old+2)%3].Addr}, 30*time.Second)
+	grants = append(grants, churn(t, ctx, majority, "p", 3))
+	t.Logf("majority leader %s granted while %s was isolated", testproc.NodeID(leader), testproc.NodeID(old))
+
+	cl.Heal()
+	grants = append(grants, churn(t, ctx, c, "p", 3))
+	for i := 1; i < len(grants); i++ {
+		if grants[i] <= grants[i-1] {
+			t.Fatalf("tokens of p in grant order %v are not strictly increasing", grants)
+		}
+	}
+}
+
+func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
+	const trailing = 5
+	cl := testproc.StartCluster(t, 3, "--snapshot-threshold", "16", "--trailing-logs", fmt.Sprint(trailing), "--snapshot-interval", "100ms")
+	ctx := ctxFor(t, 120*time.Second)
+	c := clusterClient(t, cl.Endpoints(), 30*time.Second)
+	churn(t, ctx, c, "s", 3)
+
+	leader := cl.Leader()
+	lag := (leader + 1) % 3
+	st, err := c.Status(ctx, cl.Nodes[lag].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagApplied := st.AppliedIndex
+	cl.Nodes[lag].Kill9()
+	highest := churn(t, ctx, c, "s", 60)
+	waitFor(t, func() bool {
+		ls, err := c.Status(ctx, cl.Nodes[leader].Addr)
+		return err == nil && ls.LastSnapshotIndex > lagApplied+trailing+1
+	})
+
+	// The entries the lagging node lacks are compacted away: only
+	// InstallSnapshot can bring it up to date.
+	cl.Nodes[lag].Start()
+	waitFor(t, func() bool {
+		ls, err1 := c.Status(ctx, cl.Nodes[leader].Addr)
+		fs, err2 := c.Status(ctx, cl.Nodes[lag].Addr)
+		return err1 == nil && err2 == nil && fs.AppliedIndex >= ls.CommitIndex && fs.LastSnapshotIndex > lagApplied
+	})
+
+	// Every node restarts from its own disk.
+	held, err := c.TryAcquire(ctx, "kept", client.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	highest = max(highest, held.Token())
+	for _, s := range cl.Nodes {
+		s.Kill9()
+	}
+	for _, s := range cl.Nodes {
+		s.Start()
+	}
+	cl.WaitLeader(-1)
+	if next := churn(t, ctx, c, "s", 2); next <= highest {
+		t.Errorf("token after restarting every node %d is not above %d", next, highest)
+	}
+	other := clusterClient(t, cl.Endpoints(), 30*time.Second)
+	if _, err := other.TryAcquire(ctx, "kept", client.WithTTL(time.Second)); !errors.Is(err, fencelock.ErrLockHeld) {
+		t.Errorf("a lease held across a full restart: got %v, want ErrLockHeld", err)
+	}
+}
+
+func TestCluster_MembershipAddRemoveIncludingLeader(t *testing.T) {
+	cl := testproc.StartCluster(t, 3)
+	ctx := ctxFor(t, 120*time.Second)
+	c := clusterClient(t, cl.Endpoints(), 30*time.Second)
+	highest := churn(t, ctx, c, "m", 2)
+
+	// A fourth node joins through any member.
+	n4 := &testproc.Server{Addr: testproc.FreeAddr(t), RaftAddr: testproc.FreeAddr(t), DataDir: t.TempDir(), Follower: true,
+		Args: append([]string{"--node-id", "n4", "--join", cl.Nodes[0].Addr}, testproc.DefaultClusterFlags...)}
+	n4 = testproc.AttachServer(t, n4)
+	n4.Start()
+	waitFor(t, func() bool { // joined, and every member's API address recorded
+		st, err := c.Status(ctx, n4.Addr)
+		if err != nil || len(st.Members) != 4 {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.APIAddr == "" {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Remove the leader itself; the others elect a new one.
+	old := cl.Leader()
+	if err := c.RemoveMember(ctx, testproc.NodeID(old)); err != nil {
+		t.Fatalf("remove the leader %s: %v", testproc.NodeID(old), err)
+	}
+	cl.Nodes[old].Kill9()
+	c4 := clusterClient(t, append(cl.Endpoints(), n4.Addr), 30*time.Second)
+	if next := churn(t, ctx, c4, "m", 2); next <= highest {
+		t.Errorf("token after removing the leader %d is not above %d", next, highest)
+	}
+	st, err := anyStatusOf(ctx, c4, append(cl.Endpoints(), n4.Addr))
+	if err != nil || len(st.Members) != 3 {
+		t.Fatalf("members after removing the leader: %+v, %v; want 3", st.Members, err)
+	}
+
+	// With one of the three down, removing another would leave one voter of
+	// two reachable: refused.
+	var victim, target string
+	for _, m := range st.Members {
+		if !m.Leader && victim == "" {
+			victim = m.ID
+		} else if !m.Leader {
+			target = m.ID
+		}
+	}
+	for i, s := range cl.Nodes {
+		if testproc.NodeID(i) == victim {
+			s.Kill9()
+		}
+	}
+	if victim == "n4" {
+		n4.Kill9()
+	}
+	if err := c4.RemoveMember(ctx, target); !errors.Is(err, fencelock.ErrPreconditionFailed) {
+		t.Errorf("remove %s while %s is down: got %v, want a refusal (ErrPreconditionFailed)", target, victim, err)
+	}
+}
+
+func anyStatusOf(ctx context.Context, c *client.Client, eps []string) (client.NodeStatus, error) {
+	var err error
+	for _, e := range eps {
+		var st client.NodeStatus
+		if st, err = c.Status(ctx, e); err == nil && st.LeaderID != "" {
+			return st, nil
+		}
+	}
+	return client.NodeStatus{}, err
+}
+
+func TestCluster_TokenSoakWhileLeaderIsKilled(t *testing.T) {
+	cl := testproc.StartCluster(t, 3)
+	ctx := ctxFor(t, 120*time.Second)
+	type grant struct {
+		lock  string
+		token fencelock.Token
+		at    time.Time
+	}
+	var mu sync.Mutex
+	var grants []grant
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clusterClient(t, cl.Endpoints(), 30*time.Second)
+			name := fmt.Sprintf("soak/%d", w%3)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := c.Acquire(ctx, name, client.WithTTL(10*time.Second))
+				if err != nil {
+					continue // failover in progress; the retry budget ran out
+				}
+				mu.Lock()
+				grants = append(grants, grant{name, l.Token(), time.Now()})
+				mu.Unlock()
+				_ = l.Release(ctx)
+			}
+		}()
+	}
+	for round := 0; round < 3; round++ {
+		time.Sleep(2 * time.Second)
+		old := cl.WaitLeader(-1)
+		cl.Nodes[old].Kill9()
+		cl.WaitLeader(old)
+		cl.Nodes[old].Start()
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+
+	per := map[string][]grant{}
+	for _, g := range grants {
+		per[g.lock] = append(per[g.lock], g)
+	}
+	for name, gs := range per {
+		sort.Slice(gs, func(i, j int) bool { return gs[i].at.Before(gs[j].at) })
+		for i := 1; i < len(gs); i++ {
+			if gs[i].token <= gs[i-1].token {
+				t.Fatalf("%s: grant %d has token %d after %d: duplicate or decrease", name, i, gs[i].token, gs[i-1].token)
+			}
+		}
+	}
+	if len(grants) < 30 {
+		t.Errorf("only %d grants during the soak; the workload barely ran", len(grants))
+	}
+	t.Logf("%d grants over %d locks, 3 leader kills", len(grants), len(per))
+}
