@@ -167,6 +167,7 @@ func (c *Client) call(ctx context.Context, fn func(context.Context, fencelockv1c
 func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx context.Context, ep *endpoint) error) error {
 	backoff := c.cfg.RetryBackoff
 	giveUp := time.Now().Add(c.cfg.RetryTimeout)
+	failed := map[int]bool{} // endpoints that did not answer in this call
 	for attempt := 0; ; attempt++ {
 		eps := *c.eps.Load()
 		i := int(c.next.Load()) % len(eps)
@@ -187,13 +188,18 @@ func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx co
 		}
 		var nl *wire.NotLeaderError
 		if errors.As(err, &nl) && nl.Leader != "" {
-			if j := c.endpointOf(nl.Leader); j != i {
+			// Follow the redirect, unless that node already failed to answer
+			// in this call: a follower's view of the leader may be stale.
+			if j := c.endpointOf(nl.Leader); j != i && !failed[j] {
 				c.next.Store(uint32(j))
-				continue // follow the redirect to the leader
+				continue
 			}
+		} else {
+			failed[i] = true
 		}
 		c.next.CompareAndSwap(uint32(i), uint32(i+1))
 		if attempt%len(eps) == len(eps)-1 {
+			clear(failed) // a full round: give every node another chance
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)

@@ -19,7 +19,7 @@ type Cluster struct {
 
 // DefaultClusterFlags are Raft timeouts tuned for loopback on a small,
 // busy machine.
-var DefaultClusterFlags = []string{"--heartbeat-timeout", "500ms", "--election-timeout", "500ms"}
+var DefaultClusterFlags = []string{"--heartbeat-timeout", "1s", "--election-timeout", "1s"}
 
 // StartCluster starts n nodes bootstrapped together, with extra flags for
 // every node, and waits until one leads.

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -47,15 +48,23 @@ func Binary(tb testing.TB) string {
 	return binPath
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago.
+// FreeAddr returns a loopback address with a port that was free a moment
+// ago. Ports come from below Linux's ephemeral range (32768+), so outgoing
+// connections of other tests cannot take them before the process binds.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("find a free port: %v", err)
+	for i := 0; i < 1000; i++ {
+		port := 20000 + rand.IntN(12000)
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	tb.Fatal("no free port found in 20000-32000")
+	return ""
 }
 
 // Server is a running "fencelock serve" process.
