@@ -39,8 +39,8 @@ func (s *Server) validate(req AcquireRequest) error {
 	if req.TTL < s.cfg.MinTTL || req.TTL > s.cfg.MaxTTL {
 		return fmt.Errorf("ttl %v is outside [%v, %v]: %w", req.TTL, s.cfg.MinTTL, s.cfg.MaxTTL, fencelock.ErrInvalidTTL)
 	}
-	if req.Wait < 0 || req.Wait > s.cfg.MaxWait {
-		return fmt.Errorf("wait %v is outside [0, %v]: %w", req.Wait, s.cfg.MaxWait, fencelock.ErrInvalidArgument)
+	if req.Wait < 0 {
+		return fmt.Errorf("wait %v is negative: %w", req.Wait, fencelock.ErrInvalidArgument)
 	}
 	if len(req.Holder) > MaxHolderLen || !utf8.ValidString(req.Holder) {
 		return fmt.Errorf("holder label must be UTF-8 of at most %d bytes: %w", MaxHolderLen, fencelock.ErrInvalidArgument)
@@ -60,6 +60,7 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	if err := s.validate(req); err != nil {
 		return fencelock.Grant{}, err
 	}
+	req.Wait = min(req.Wait, s.cfg.MaxWait) // a longer wait ends as LockHeld; clients queue again
 	if req.Wait > 0 && req.RequestID == "" {
 		req.RequestID = string(fencelock.NewLeaseID()) // a waiter must be addressable
 	}
