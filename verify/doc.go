@@ -1,0 +1,23 @@
+// Package verify is fencelock's Jepsen-style safety harness. It starts real
+// processes (lock service nodes, the fenced object store, client worker
+// processes), runs a lock-set workload against them while a nemesis injects
+// faults (kill -9, silent network partitions through TCP proxies, SIGSTOP of
+// nodes and of clients), records every operation as a history of
+// invoke/ok/fail/info events on one monotonic clock, and checks it:
+//
+//   - per lock, acknowledged grants have unique tokens that increase in
+//     real-time order (CheckTokens);
+//   - per lock, acquire/renew/release/describe are linearizable against a
+//     fenced-lease model in which a lease may expire at any moment
+//     (CheckLinearizable, with github.com/anishathalye/porcupine);
+//   - per store domain, accepted tokens never decrease, every acknowledged
+//     append is in the final object exactly once, and refused writes changed
+//     nothing (CheckStore);
+//   - the faults really bit (CheckFaults): a run in which nothing happened
+//     proves nothing and fails.
+//
+// A negative control runs the client-pause scenario against a store with
+// fencing off; its checkers must report a violation, which shows that they
+// can fail. "fencelock verify" and the package's tests run the same
+// scenarios (see docs/VERIFICATION.md).
+package verify
