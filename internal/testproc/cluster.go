@@ -50,6 +50,11 @@ func StartCluster(tb testing.TB, n int, extra ...string) *Cluster {
 		s.Start()
 	}
 	tb.Cleanup(func() {
+		if tb.Failed() {
+			for i, s := range c.Nodes {
+				tb.Logf("--- log of %s (running: %v):\n%s", NodeID(i), s.Running(), tail(s.Log(), 40))
+			}
+		}
 		for _, s := range c.Nodes {
 			if s.cmd != nil {
 				_ = s.Signal(syscall.SIGCONT) // in case a test left it stopped
@@ -114,4 +119,13 @@ func (c *Cluster) Heal() {
 	for _, p := range c.links {
 		p.Unblock()
 	}
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -77,7 +77,25 @@ type Server struct {
 	// Follower: Start waits only for /healthz, not for this node to lead.
 	Follower bool
 	cmd      *exec.Cmd
-	log      *bytes.Buffer
+	log      *syncBuffer // every run's output, across restarts
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writers and Log.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // StartServer starts "fencelock serve" on free ports in a fresh data dir,
@@ -100,8 +118,10 @@ func StartServer(tb testing.TB, extra ...string) *Server {
 func (s *Server) Start() {
 	s.tb.Helper()
 	args := append([]string{"serve", "--listen", s.Addr, "--raft-addr", s.RaftAddr,
-		"--data-dir", s.DataDir, "--log-level", "warn"}, s.Args...)
-	s.log = new(bytes.Buffer)
+		"--data-dir", s.DataDir, "--log-level", "info"}, s.Args...)
+	if s.log == nil {
+		s.log = new(syncBuffer)
+	}
 	s.cmd = exec.Command(Binary(s.tb), args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
