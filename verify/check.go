@@ -128,7 +128,7 @@ func CheckStore(ops []Op) Check {
 	}
 	writes := map[string][]write{}
 	fences := map[string][]write{}
-	failed := map[string]map[string]int{}  // lock -> elem -> event index
+	failed := map[string]map[string]int{}   // lock -> elem -> event index
 	unknown := map[string]map[string]bool{} // lock -> elem
 	for _, p := range Pairs(ops) {
 		lock := p.Invoke.Lock
@@ -169,12 +169,17 @@ func CheckStore(ops []Op) Check {
 			prev = w
 		}
 		// Real time: nothing higher finished before an accepted write began.
+		others := append(append([]write(nil), ws...), fences[lock]...)
 		for _, w := range ws {
-			for _, o := range append(append([]write(nil), ws...), fences[lock]...) {
-				if o.end < w.start && o.token > w.token {
-					c.problem("domain %s: stale write accepted: token %d (event %d) began at %v, after token %d had been accepted (event %d, at %v)",
-						lock, w.token, w.index, w.start, o.token, o.index, o.end)
+			var top *write
+			for i := range others {
+				if o := &others[i]; o.end < w.start && o.token > w.token && (top == nil || o.token > top.token) {
+					top = o
 				}
+			}
+			if top != nil {
+				c.problem("domain %s: stale write accepted: token %d (event %d) began at %v, after token %d had been accepted (event %d, at %v)",
+					lock, w.token, w.index, w.start, top.token, top.index, top.end)
 			}
 		}
 		if !haveFinal[lock] {

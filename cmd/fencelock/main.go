@@ -25,6 +25,7 @@ Service:
   store      run the fenced object store (rejects writes with stale tokens)
   status     show the cluster: members, leader, term, each node's indexes and health
   members    list, add or remove voters; transfer leadership
+  verify     prove fencing under faults: Jepsen-style scenarios, histories, checkers
 
 Locks:
   lock       run a command while holding a lock (passes FENCELOCK_TOKEN)
@@ -57,6 +58,7 @@ var commands = map[string]command{
 	"list":        runList,
 	"members":     runMembers,
 	"status":      runStatus,
+	"verify":      runVerify,
 }
 
 // exitError carries a process exit status out of run.

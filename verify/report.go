@@ -1,0 +1,38 @@
+package verify
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// WriteTable writes the results as a Markdown table, then the evidence of
+// every failed check.
+func WriteTable(w io.Writer, results []Result) {
+	fmt.Fprintln(w, "| scenario | seed | nodes | time | ops | ok | fail | info | grants | faults | leader changes | leases lost | stale writes rejected | verdict |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		fmt.Fprintf(w, "| %s %s | %d | %d | %v | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n",
+			r.Number(), r.Scenario, r.Seed, r.Nodes, r.Duration, r.Ops, r.OK, r.Fail, r.Info, r.Grants, r.Faults,
+			r.LeaderChanges, r.LeasesLost, r.StaleRejected, r.Verdict)
+	}
+	for _, r := range results {
+		var lines []string
+		for _, c := range append(append([]Check(nil), r.Checks...), r.Bit) {
+			if !c.Valid || c.Unknown {
+				lines = append(lines, "  "+strings.ReplaceAll(c.String(), "\n", "\n  "))
+			}
+		}
+		if len(lines) > 0 {
+			fmt.Fprintf(w, "\n%s (%s):\n%s\n", r.Scenario, r.Dir, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// Number returns the scenario's number ("1".."5", "neg").
+func (r Result) Number() string {
+	if s, ok := Lookup(r.Scenario); ok {
+		return s.Number
+	}
+	return ""
+}

@@ -1,0 +1,412 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock/client"
+)
+
+// Config configures a verification run.
+type Config struct {
+	Binary    string        // the fencelock executable (it must have "serve", "store" and "verify worker")
+	OutDir    string        // where histories, logs and visualisations go (one subdirectory per scenario)
+	Duration  time.Duration // workload time per scenario
+	Seed      uint64        // 0: derived from the clock (and printed)
+	Nodes     int           // 0: each scenario's default
+	Clients   int           // worker processes
+	Locks     int           // distinct locks (and objects)
+	TTL       time.Duration // lease TTL of the workload's grants
+	OpTimeout time.Duration // per operation, in the worker
+	Logger    *slog.Logger  // progress
+}
+
+// DefaultConfig returns the short-mode settings used by the tests and CI.
+func DefaultConfig() Config {
+	return Config{Duration: 12 * time.Second, Clients: 3, Locks: 2, TTL: time.Second,
+		OpTimeout: 3 * time.Second, Logger: slog.Default()}
+}
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	if c.Binary == "" || c.OutDir == "" {
+		return errors.New("verify config: binary and output dir are required")
+	}
+	if c.Duration < 2*time.Second || c.Clients < 1 || c.Locks < 1 || c.TTL < time.Second || c.OpTimeout <= 0 {
+		return fmt.Errorf("verify config: want duration >= 2s, clients and locks >= 1, ttl >= 1s, op timeout > 0 (got %v, %d, %d, %v, %v)",
+			c.Duration, c.Clients, c.Locks, c.TTL, c.OpTimeout)
+	}
+	return nil
+}
+
+// Result is the outcome of one scenario.
+type Result struct {
+	Scenario      string        `json:"scenario"`
+	Seed          uint64        `json:"seed"`
+	Nodes         int           `json:"nodes"`
+	Duration      time.Duration `json:"duration"`
+	Ops           int           `json:"ops"` // completed client operations
+	OK            int           `json:"ok"`
+	Fail          int           `json:"fail"`
+	Info          int           `json:"info"`
+	Grants        int           `json:"grants"`
+	Faults        int           `json:"faults"`         // faults the nemesis injected
+	LeaderChanges int           `json:"leader_changes"` // new leaders observed
+	Snapshots     int           `json:"snapshots"`      // snapshot index advances observed
+	LeasesLost    int           `json:"leases_lost"`    // renews/releases refused: the grant had ended
+	StaleRejected int           `json:"stale_rejected"` // writes and fence raises refused for a stale token
+	Checks        []Check       `json:"checks"`
+	Bit           Check         `json:"faults_bit"` // did the faults really bite
+	// Expected is "valid", or "violation" for a negative control.
+	Expected string `json:"expected"`
+	Pass     bool   `json:"pass"`
+	Verdict  string `json:"verdict"`
+	Dir      string `json:"dir"`
+}
+
+// env is what a running scenario's workload and nemesis share.
+type env struct {
+	cfg     Config
+	sc      Scenario
+	dir     string
+	h       *History
+	cl      *cluster
+	store   *storeProc
+	rng     *rand.Rand
+	rngMu   sync.Mutex
+	faults  atomic.Int64
+	log     *slog.Logger
+	workLog io.Writer
+}
+
+func (e *env) intn(n int) int {
+	e.rngMu.Lock()
+	defer e.rngMu.Unlock()
+	return e.rng.IntN(n)
+}
+
+// between returns a duration in [lo, hi), drawn from the run's seed.
+func (e *env) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(e.intn(int(hi-lo)))
+}
+
+// nemesis records a fault event.
+func (e *env) nemesis(details string) {
+	e.h.Add(Op{Process: NemesisProcess, Type: Info, F: FNemesis, Details: details})
+	e.log.Info("nemesis", "scenario", e.sc.Name, "t", e.h.Now().Round(10*time.Millisecond), "fault", details)
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Run runs the named scenarios (all of Scenarios() if names is empty) one
+// after the other and returns their results. An error means the harness
+// itself could not run (a process did not start), not a violation.
+func Run(ctx context.Context, cfg Config, names ...string) ([]Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	var todo []Scenario
+	if len(names) == 0 {
+		todo = Scenarios()
+	}
+	for _, n := range names {
+		sc, ok := Lookup(n)
+		if !ok {
+			return nil, fmt.Errorf("verify: unknown scenario %q", n)
+		}
+		todo = append(todo, sc)
+	}
+	var out []Result
+	for i, sc := range todo {
+		r, err := runScenario(ctx, cfg, sc, cfg.Seed+uint64(i))
+		if err != nil {
+			return out, fmt.Errorf("scenario %s: %w", sc.Name, err)
+		}
+		out = append(out, r)
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Result, error) {
+	nodes := sc.Nodes
+	if cfg.Nodes > 0 {
+		nodes = max(cfg.Nodes, sc.MinNodes)
+	}
+	dir := filepath.Join(cfg.OutDir, sc.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Result{}, err
+	}
+	log := cfg.Logger
+	log.Info("scenario starting", "scenario", sc.Name, "seed", seed, "nodes", nodes, "duration", cfg.Duration, "dir", dir)
+	e := &env{cfg: cfg, sc: sc, dir: dir, h: NewHistory(), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), log: log}
+	wl, err := os.Create(filepath.Join(dir, "workers.log"))
+	if err != nil {
+		return Result{}, err
+	}
+	defer wl.Close()
+	e.workLog = &lockedWriter{w: wl}
+
+	cl, err := startCluster(ctx, cfg.Binary, dir, nodes, sc.ServerFlags)
+	if err != nil {
+		return Result{}, err
+	}
+	defer cl.close()
+	e.cl = cl
+	st, err := startStore(ctx, cfg.Binary, dir, sc.NoFencing)
+	if err != nil {
+		return Result{}, err
+	}
+	defer st.close()
+	e.store = st
+
+	start := time.Now()
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	defer cancel()
+	obs := &observer{}
+	var wg sync.WaitGroup
+	wg.Go(func() { obs.run(runCtx, e) })
+	wg.Go(func() { sc.Nemesis(runCtx, e) })
+	var workErr error
+	var errMu sync.Mutex
+	for p := 0; p < cfg.Clients; p++ {
+		wg.Go(func() {
+			if err := runClient(runCtx, e, p); err != nil {
+				errMu.Lock()
+				workErr = errors.Join(workErr, err)
+				errMu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if workErr != nil {
+		return Result{}, workErr
+	}
+	// Heal everything, then read the final objects.
+	cl.heal()
+	for _, nd := range cl.nodes {
+		if !nd.running() {
+			if err := nd.start(ctx); err != nil {
+				return Result{}, err
+			}
+		}
+	}
+	if err := finalReads(ctx, e); err != nil {
+		return Result{}, err
+	}
+	obs.poll(ctx, e) // a last look: snapshot indexes after healing
+	elapsed := time.Since(start)
+
+	ops := e.h.Ops()
+	if err := WriteFile(filepath.Join(dir, "history.jsonl"), ops); err != nil {
+		return Result{}, err
+	}
+	r := Result{Scenario: sc.Name, Seed: seed, Nodes: nodes, Duration: elapsed.Round(100 * time.Millisecond), Dir: dir,
+		Faults: int(e.faults.Load()), LeaderChanges: obs.leaderChanges(), Snapshots: obs.snapshots, Expected: "valid"}
+	countOps(ops, &r)
+	r.Checks = []Check{
+		CheckTokens(ops),
+		CheckLinearizable(ops, 60*time.Second, filepath.Join(dir, "linearizability.html")),
+		CheckStore(ops),
+	}
+	r.Bit = sc.Bit(r)
+	judge(&r, sc)
+	b, _ := json.MarshalIndent(r, "", "  ")
+	_ = os.WriteFile(filepath.Join(dir, "result.json"), append(b, '\n'), 0o644)
+	log.Info("scenario done", "scenario", sc.Name, "verdict", r.Verdict, "ops", r.Ops, "elapsed", r.Duration)
+	return r, nil
+}
+
+func countOps(ops []Op, r *Result) {
+	for _, p := range Pairs(ops) {
+		r.Ops++
+		switch p.Result() {
+		case OK:
+			r.OK++
+			if p.Invoke.F == FAcquire {
+				r.Grants++
+			}
+		case Fail:
+			r.Fail++
+			switch p.Invoke.F {
+			case FRenew, FRelease:
+				if p.Complete.Code != "" {
+					r.LeasesLost++
+				}
+			case FWrite, FFence:
+				r.StaleRejected++
+			}
+		default:
+			r.Info++
+		}
+	}
+}
+
+// judge sets Pass and Verdict. A normal scenario passes when every checker
+// is valid and the faults bit; a negative control passes when the store
+// checker found the violation it must find.
+func judge(r *Result, sc Scenario) {
+	valid := true
+	for _, c := range r.Checks {
+		valid = valid && c.Valid
+	}
+	if sc.NoFencing {
+		r.Expected = "violation"
+		detected := false
+		for _, c := range r.Checks {
+			detected = detected || (c.Name == "store" && !c.Valid)
+		}
+		r.Pass = detected && r.Bit.Valid
+		switch {
+		case !r.Bit.Valid:
+			r.Verdict = "FAIL: the faults did not bite"
+		case detected:
+			r.Verdict = "PASS: violation detected (expected)"
+		default:
+			r.Verdict = "FAIL: violation NOT detected"
+		}
+		return
+	}
+	r.Pass = valid && r.Bit.Valid
+	switch {
+	case !valid:
+		r.Verdict = "FAIL: violation"
+	case !r.Bit.Valid:
+		r.Verdict = "FAIL: the faults did not bite"
+	default:
+		r.Verdict = "PASS"
+		for _, c := range r.Checks {
+			if c.Unknown {
+				r.Verdict = "PASS (linearizability unknown: timed out)"
+			}
+		}
+	}
+}
+
+// finalReads reads every object once more after the run, retrying for a
+// while, and records them as FFinal events.
+func finalReads(ctx context.Context, e *env) error {
+	w, err := startWorker(e.cfg.Binary, 1000, e.cl.endpoints(), e.store.url, e.cfg.OpTimeout, e.workLog)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	for l := 0; l < e.cfg.Locks; l++ {
+		lock := lockName(l)
+		var last error
+		for try := 0; try < 10 && ctx.Err() == nil; try++ {
+			r, err := w.call(request{F: FFinal, Lock: lock}, e.cfg.OpTimeout+2*time.Second)
+			if err == nil && r.Type == OK {
+				e.h.Add(Op{Process: -2, Type: OK, F: FFinal, Lock: lock, Value: r.Value, ETag: r.ETag})
+				last = nil
+				break
+			}
+			last = fmt.Errorf("final read of %s: %v %s", lock, err, r.Error)
+			time.Sleep(200 * time.Millisecond)
+		}
+		if last != nil {
+			return last
+		}
+	}
+	return nil
+}
+
+func lockName(i int) string { return fmt.Sprintf("verify-%d", i) }
+
+// observer polls every node's status to count leader changes and
+// snapshots.
+type observer struct {
+	mu        sync.Mutex
+	terms     map[uint64]bool // terms in which a leader was seen
+	snapIdx   map[string]uint64
+	snapshots int
+	c         *client.Client
+}
+
+func (o *observer) run(ctx context.Context, e *env) {
+	for sleep(ctx, 200*time.Millisecond) {
+		o.poll(ctx, e)
+	}
+}
+
+func (o *observer) poll(ctx context.Context, e *env) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.c == nil {
+		cfg := client.DefaultConfig(e.cl.endpoints()...)
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c, err := client.NewFromConfig(cfg)
+		if err != nil {
+			return
+		}
+		o.c = c
+		o.terms = map[uint64]bool{}
+		o.snapIdx = map[string]uint64{}
+	}
+	for _, nd := range e.cl.nodes {
+		if !nd.running() {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 300*time.Millisecond)
+		st, err := o.c.Status(sctx, nd.addr)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if st.State == "Leader" || st.LeaderID == st.ID && st.ID != "" {
+			o.terms[st.Term] = true
+		}
+		if st.LastSnapshotIndex > o.snapIdx[nd.id] {
+			o.snapIdx[nd.id] = st.LastSnapshotIndex
+			o.snapshots++
+		}
+	}
+}
+
+func (o *observer) leaderChanges() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return max(len(o.terms)-1, 0)
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

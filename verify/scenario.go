@@ -1,0 +1,225 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Scenario is one fault schedule of the harness.
+type Scenario struct {
+	Name     string
+	Number   string // "1".."5", "neg"
+	Title    string
+	Nodes    int // default cluster size
+	MinNodes int
+	// ServerFlags are extra "fencelock serve" flags for every node.
+	ServerFlags []string
+	// NoFencing runs the store with --no-fencing: a negative control whose
+	// checkers must find a violation.
+	NoFencing bool
+	nemesis   func(ctx context.Context, e *env)
+	// zombie, for client slot 0, runs between its read and its write and
+	// returns what to do after the write.
+	zombie func(ctx context.Context, e *env, w *workerProc, cycle int) func()
+	bit    func(r Result) Check
+}
+
+// Nemesis and Zombie are accessors used by the runner.
+func (s Scenario) Nemesis(ctx context.Context, e *env) {
+	if s.nemesis != nil {
+		s.nemesis(ctx, e)
+	}
+}
+
+func (s Scenario) Zombie(ctx context.Context, e *env, w *workerProc, cycle int) func() {
+	return s.zombie(ctx, e, w, cycle)
+}
+
+// Bit checks that the scenario's faults really bit.
+func (s Scenario) Bit(r Result) Check {
+	c := Check{Name: "faults-bit", Valid: true, Checked: r.Ops}
+	if r.Faults < 1 {
+		c.problem("no fault was injected")
+	}
+	if r.Grants < 1 {
+		c.problem("no lock was ever granted: the workload did nothing")
+	}
+	if s.bit != nil {
+		b := s.bit(r)
+		for _, p := range b.Problems {
+			c.problem("%s", p)
+		}
+	}
+	return c
+}
+
+func need(what string, got, min int) func(*Check) {
+	return func(c *Check) {
+		if got < min {
+			c.problem("want at least %d %s, observed %d", min, what, got)
+		}
+	}
+}
+
+func bits(fs ...func(r Result) func(*Check)) func(Result) Check {
+	return func(r Result) Check {
+		c := Check{Valid: true}
+		for _, f := range fs {
+			f(r)(&c)
+		}
+		return c
+	}
+}
+
+var (
+	leaderChange = func(r Result) func(*Check) { return need("leader change(s)", r.LeaderChanges, 1) }
+	staleRefused = func(r Result) func(*Check) { return need("stale write(s) rejected", r.StaleRejected, 1) }
+	leaseLost    = func(r Result) func(*Check) { return need("lost lease(s) (renew/release refused)", r.LeasesLost, 1) }
+	snapshotSeen = func(r Result) func(*Check) { return need("snapshot(s) taken", r.Snapshots, 1) }
+)
+
+// Scenarios returns the scenarios in their run order: 1-5 and the
+// negative control.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{Name: "kill", Number: "1", Title: "one node, kill -9 and restart every few seconds",
+			Nodes: 1, MinNodes: 1, nemesis: killNodes(false), bit: bits(leaderChange)},
+		{Name: "partition", Number: "2", Title: "three nodes, silent partitions: isolate the leader, random halves, one-way",
+			Nodes: 3, MinNodes: 3, nemesis: partitions, bit: bits(leaderChange)},
+		{Name: "pause-leader", Number: "3", Title: "SIGSTOP/SIGCONT the leader for 1-3x the TTL",
+			Nodes: 3, MinNodes: 3, nemesis: pauseLeader, bit: bits(leaderChange)},
+		{Name: "zombie-client", Number: "4", Title: "SIGSTOP a client, or cut it from the lock service, between its acquire and its write, for longer than the TTL",
+			Nodes: 1, MinNodes: 1, zombie: zombie, bit: bits(staleRefused, leaseLost)},
+		{Name: "snapshot-kill", Number: "5", Title: "kill -9 random nodes, small snapshot threshold (InstallSnapshot, Restore)",
+			Nodes: 3, MinNodes: 3, nemesis: killNodes(true), bit: bits(leaderChange, snapshotSeen),
+			ServerFlags: []string{"--snapshot-threshold", "16", "--trailing-logs", "4", "--snapshot-interval", "100ms"}},
+		{Name: "negative-control", Number: "neg", Title: "scenario 4 against a store with fencing OFF: the checker must find the violation",
+			Nodes: 1, MinNodes: 1, NoFencing: true, zombie: zombie, bit: bits(leaseLost)},
+	}
+}
+
+// Lookup finds a scenario by name or number.
+func Lookup(name string) (Scenario, bool) {
+	for _, s := range Scenarios() {
+		if strings.EqualFold(name, s.Name) || name == s.Number {
+			return s, true
+		}
+	}
+	return Scenario{}, false
+}
+
+// killNodes kills a node with SIGKILL every 2-3 s and restarts it 0.5-1.5 s
+// later. With leaderFirst, odd rounds kill the leader and even rounds a
+// random node (possibly the leader); otherwise a random node.
+func killNodes(leaderFirst bool) func(ctx context.Context, e *env) {
+	return func(ctx context.Context, e *env) {
+		for round := 0; sleep(ctx, e.between(2*time.Second, 3*time.Second)); round++ {
+			i := e.intn(len(e.cl.nodes))
+			if leaderFirst && round%2 == 0 {
+				if l := e.cl.leader(); l >= 0 {
+					i = l
+				}
+			}
+			nd := e.cl.nodes[i]
+			nd.kill9()
+			e.faults.Add(1)
+			e.nemesis("kill -9 " + nd.id)
+			sleep(ctx, e.between(500*time.Millisecond, 1500*time.Millisecond))
+			if err := nd.start(context.WithoutCancel(ctx)); err != nil {
+				e.nemesis("restart " + nd.id + " failed: " + err.Error())
+				continue
+			}
+			e.nemesis("restarted " + nd.id)
+		}
+	}
+}
+
+// partitions cycles through three kinds of silent partition, each held for
+// 2-3 s (several election timeouts) and then healed for 1.5-2.5 s.
+func partitions(ctx context.Context, e *env) {
+	for round := 0; sleep(ctx, e.between(1500*time.Millisecond, 2500*time.Millisecond)); round++ {
+		l := e.cl.leader()
+		if l < 0 {
+			l = e.intn(len(e.cl.nodes))
+		}
+		var what string
+		switch round % 3 {
+		case 0:
+			e.cl.isolate(l)
+			what = "isolate leader " + e.cl.nodes[l].id
+		case 1:
+			side := map[int]bool{}
+			var ids []string
+			for len(side) < len(e.cl.nodes)/2 {
+				i := e.intn(len(e.cl.nodes))
+				if !side[i] {
+					side[i] = true
+					ids = append(ids, e.cl.nodes[i].id)
+				}
+			}
+			e.cl.split(side)
+			what = "split minority {" + strings.Join(ids, ",") + "} from the rest"
+		case 2:
+			e.cl.cutOutbound(l)
+			what = "one-way: leader " + e.cl.nodes[l].id + " cannot reach its peers, they reach it"
+		}
+		e.faults.Add(1)
+		e.nemesis("partition: " + what)
+		sleep(ctx, e.between(2*time.Second, 3*time.Second))
+		e.cl.heal()
+		e.nemesis("heal")
+	}
+}
+
+// pauseLeader freezes the leader with SIGSTOP for 1-3x the TTL.
+func pauseLeader(ctx context.Context, e *env) {
+	for sleep(ctx, e.between(1500*time.Millisecond, 2500*time.Millisecond)) {
+		l := e.cl.leader()
+		if l < 0 {
+			continue
+		}
+		nd := e.cl.nodes[l]
+		d := e.between(e.cfg.TTL, 3*e.cfg.TTL)
+		if err := nd.signal(syscall.SIGSTOP); err != nil {
+			continue
+		}
+		e.faults.Add(1)
+		e.nemesis(fmt.Sprintf("SIGSTOP leader %s for %v", nd.id, d.Round(time.Millisecond)))
+		sleep(context.WithoutCancel(ctx), d)
+		_ = nd.signal(syscall.SIGCONT)
+		e.nemesis("SIGCONT " + nd.id)
+	}
+}
+
+// zombie runs in client slot 0 between its read and its write (the seeds'
+// scenario). Even cycles freeze the client process with SIGSTOP for 1.5-2.5x
+// the TTL (its keep-alive freezes with it); odd cycles cut it from the lock
+// service (not from the store) for as long, so it cannot renew, and it
+// writes while still cut off. Either way its lease runs out, another client
+// may take the lock and write, and then the zombie writes with its old
+// token, never checking its lease first.
+func zombie(ctx context.Context, e *env, w *workerProc, cycle int) func() {
+	if ctx.Err() != nil {
+		return nil
+	}
+	d := e.between(3*e.cfg.TTL/2, 5*e.cfg.TTL/2)
+	e.faults.Add(1)
+	if cycle%2 == 0 {
+		w.signal(syscall.SIGSTOP)
+		e.nemesis(fmt.Sprintf("SIGSTOP client process %d between its acquire and its write, for %v", w.process, d.Round(time.Millisecond)))
+		sleep(context.WithoutCancel(ctx), d)
+		w.signal(syscall.SIGCONT)
+		e.nemesis(fmt.Sprintf("SIGCONT client process %d: it writes with its old token", w.process))
+		return nil
+	}
+	w.partition(true)
+	e.nemesis(fmt.Sprintf("cut client process %d from the lock service for %v (it still reaches the store)", w.process, d.Round(time.Millisecond)))
+	sleep(context.WithoutCancel(ctx), d)
+	return func() {
+		w.partition(false)
+		e.nemesis(fmt.Sprintf("heal client process %d's links to the lock service", w.process))
+	}
+}

@@ -1,0 +1,311 @@
+package verify
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/netproxy"
+	"github.com/fencelock/fencelock/store"
+)
+
+// request is one operation the harness asks a worker process to perform.
+type request struct {
+	ID    int           `json:"id"`
+	F     string        `json:"f"`
+	Lock  string        `json:"lock"`
+	TTL   time.Duration `json:"ttl,omitempty"`
+	Wait  time.Duration `json:"wait,omitempty"`
+	Token uint64        `json:"token,omitempty"`
+	Body  []string      `json:"body,omitempty"`
+}
+
+// response is its outcome.
+type response struct {
+	ID    int      `json:"id"`
+	Type  Type     `json:"type"`
+	Token uint64   `json:"token,omitempty"`
+	Lease string   `json:"lease,omitempty"`
+	Value []string `json:"value,omitempty"`
+	ETag  string   `json:"etag,omitempty"`
+	Code  string   `json:"code,omitempty"`
+	Error string   `json:"error,omitempty"`
+}
+
+// WorkerConfig configures a worker process.
+type WorkerConfig struct {
+	Endpoints []string // lock service API addresses
+	StoreURL  string
+	OpTimeout time.Duration // per operation
+	Logger    *slog.Logger
+}
+
+// RunWorker is the client process of the harness ("fencelock verify
+// worker"): it reads one JSON request per line from in, performs it with
+// the Go client and the store client, and writes one JSON response per
+// line to out. It holds its grants with the client's keep-alive, so
+// stopping the process freezes the keep-alive too. It returns when in ends.
+func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Writer) error {
+	ccfg := client.DefaultConfig(cfg.Endpoints...)
+	ccfg.Holder = fmt.Sprintf("verify-worker/%d", os.Getpid())
+	ccfg.AttemptTimeout = time.Second
+	ccfg.RetryTimeout = cfg.OpTimeout
+	ccfg.MaxRetryBackoff = 200 * time.Millisecond
+	if cfg.Logger != nil {
+		ccfg.Logger = cfg.Logger
+	}
+	c, err := client.NewFromConfig(ccfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st, err := store.NewClient(cfg.StoreURL)
+	if err != nil {
+		return err
+	}
+	held := map[string]*client.Lock{}
+	enc := json.NewEncoder(out)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var req request
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			return fmt.Errorf("worker: bad request: %w", err)
+		}
+		octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
+		resp := perform(octx, c, st, held, req)
+		cancel()
+		resp.ID = req.ID
+		if err := enc.Encode(resp); err != nil {
+			return fmt.Errorf("worker: write response: %w", err)
+		}
+	}
+	return sc.Err()
+}
+
+// classify turns an error into a fail (certainly no effect) when it wraps
+// one of definite, and into an info (outcome unknown) otherwise.
+func classify(err error, definite ...error) response {
+	for _, d := range definite {
+		if errors.Is(err, d) {
+			return response{Type: Fail, Code: fencelock.Code(err), Error: err.Error()}
+		}
+	}
+	return response{Type: Info, Code: fencelock.Code(err), Error: err.Error()}
+}
+
+func perform(ctx context.Context, c *client.Client, st *store.Client, held map[string]*client.Lock, req request) response {
+	switch req.F {
+	case FAcquire:
+		l, err := c.Acquire(ctx, req.Lock, client.WithTTL(req.TTL), client.WithWait(req.Wait))
+		if err != nil {
+			return classify(err, fencelock.ErrLockHeld)
+		}
+		if old := held[req.Lock]; old != nil {
+			_ = old.Release(context.WithoutCancel(ctx)) // should not happen: the harness releases first
+		}
+		held[req.Lock] = l
+		return response{Type: OK, Token: uint64(l.Token()), Lease: string(l.LeaseID())}
+	case FRenew:
+		l := held[req.Lock]
+		if l == nil {
+			return response{Type: Fail, Error: "no grant held"}
+		}
+		if _, err := c.Renew(ctx, req.Lock, l.LeaseID(), l.Token()); err != nil {
+			return classify(err, fencelock.ErrNotHolder, fencelock.ErrLeaseExpired)
+		}
+		return response{Type: OK, Token: uint64(l.Token())}
+	case FRelease:
+		l := held[req.Lock]
+		if l == nil {
+			return response{Type: Fail, Error: "no grant held"}
+		}
+		delete(held, req.Lock)
+		if err := l.Release(ctx); err != nil {
+			return classify(err, fencelock.ErrNotHolder, fencelock.ErrLeaseExpired)
+		}
+		return response{Type: OK, Token: uint64(l.Token())}
+	case FDescribe:
+		li, err := c.Describe(ctx, req.Lock)
+		if errors.Is(err, fencelock.ErrNotFound) {
+			return response{Type: OK}
+		}
+		if err != nil {
+			return classify(err)
+		}
+		if li.Holder == "" {
+			return response{Type: OK}
+		}
+		return response{Type: OK, Token: uint64(li.Token)}
+	case FFence:
+		if err := st.Check(ctx, req.Lock, fencelock.Token(req.Token)); err != nil {
+			return classify(err, fencelock.ErrStaleToken)
+		}
+		return response{Type: OK}
+	case FRead, FFinal:
+		body, info, err := st.Get(ctx, req.Lock)
+		if errors.Is(err, fencelock.ErrNotFound) {
+			return response{Type: OK}
+		}
+		if err != nil {
+			return classify(err)
+		}
+		return response{Type: OK, Value: splitList(body), ETag: info.ETag}
+	case FWrite:
+		info, err := st.Put(ctx, req.Lock, fencelock.Token(req.Token), strings.NewReader(joinList(req.Body)))
+		if err != nil {
+			return classify(err, fencelock.ErrStaleToken)
+		}
+		return response{Type: OK, ETag: info.ETag}
+	}
+	return response{Type: Fail, Error: "unknown operation " + req.F}
+}
+
+func splitList(b []byte) []string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func joinList(l []string) string {
+	if len(l) == 0 {
+		return ""
+	}
+	return strings.Join(l, "\n") + "\n"
+}
+
+// workerProc is the harness's handle on a worker process. Its API traffic
+// goes through one proxy per node, so the harness can partition this
+// client from the lock service while it still reaches the store.
+type workerProc struct {
+	process int
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	resps   chan response
+	proxies []*netproxy.Proxy
+	nextID  int
+	mu      sync.Mutex
+	dead    bool
+}
+
+func startWorker(bin string, process int, endpoints []string, storeURL string, opTimeout time.Duration, logFile io.Writer) (*workerProc, error) {
+	w := &workerProc{process: process, resps: make(chan response, 16)}
+	var eps []string
+	for _, e := range endpoints {
+		p, err := netproxy.Listen(e)
+		if err != nil {
+			w.close()
+			return nil, err
+		}
+		w.proxies = append(w.proxies, p)
+		eps = append(eps, p.Addr)
+	}
+	w.cmd = exec.Command(bin, "verify", "worker", "--server", strings.Join(eps, ","), "--store", storeURL,
+		"--op-timeout", opTimeout.String())
+	w.cmd.Stderr = logFile
+	var err error
+	if w.stdin, err = w.cmd.StdinPipe(); err != nil {
+		w.close()
+		return nil, err
+	}
+	stdout, err := w.cmd.StdoutPipe()
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	if err := w.cmd.Start(); err != nil {
+		w.cmd = nil
+		w.close()
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	go func() {
+		defer close(w.resps)
+		dec := json.NewDecoder(stdout)
+		for {
+			var r response
+			if err := dec.Decode(&r); err != nil {
+				return
+			}
+			w.resps <- r
+		}
+	}()
+	return w, nil
+}
+
+// call sends req and waits for its response up to timeout. An error means
+// the worker is unusable (outcome of req unknown).
+func (w *workerProc) call(req request, timeout time.Duration) (response, error) {
+	w.nextID++
+	req.ID = w.nextID
+	b, _ := json.Marshal(req)
+	if _, err := w.stdin.Write(append(b, '\n')); err != nil {
+		return response{}, fmt.Errorf("worker %d: send: %w", w.process, err)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		select {
+		case r, ok := <-w.resps:
+			if !ok {
+				return response{}, fmt.Errorf("worker %d exited", w.process)
+			}
+			if r.ID != req.ID {
+				continue // a late answer to an abandoned request
+			}
+			return r, nil
+		case <-t.C:
+			return response{}, fmt.Errorf("worker %d: no answer within %v", w.process, timeout)
+		}
+	}
+}
+
+func (w *workerProc) signal(sig syscall.Signal) {
+	if w.cmd != nil && w.cmd.Process != nil {
+		_ = w.cmd.Process.Signal(sig)
+	}
+}
+
+// partition cuts (or, with false, heals) this client's links to the lock
+// service; its link to the store stays up.
+func (w *workerProc) partition(cut bool) {
+	for _, p := range w.proxies {
+		if cut {
+			p.Block()
+		} else {
+			p.Unblock()
+		}
+	}
+}
+
+func (w *workerProc) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dead {
+		return
+	}
+	w.dead = true
+	if w.cmd != nil && w.cmd.Process != nil {
+		_ = w.cmd.Process.Signal(syscall.SIGCONT)
+		_ = w.cmd.Process.Signal(syscall.SIGKILL)
+		_ = w.cmd.Wait()
+	}
+	for _, p := range w.proxies {
+		p.Close()
+	}
+}
