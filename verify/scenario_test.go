@@ -1,0 +1,105 @@
+package verify_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/verify"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// binary builds cmd/fencelock once per test binary (without -race: the
+// harness under test is this package, the processes are the product).
+func binary(tb testing.TB) string {
+	tb.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fencelock-verify-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "fencelock")
+		cmd := exec.Command("go", "build", "-o", binPath, "github.com/fencelock/fencelock/cmd/fencelock")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			buildErr = fmt.Errorf("go build cmd/fencelock: %v\n%s", err, out.String())
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// TestScenarios runs the short mode of scenarios 1-5 and the negative
+// control, one at a time (about 15 s each). FENCELOCK_VERIFY_SEED fixes the
+// seed; FENCELOCK_VERIFY_OUT keeps the histories in that directory.
+func TestScenarios(t *testing.T) {
+	bin := binary(t)
+	seed := uint64(time.Now().UnixNano() % 1e9)
+	if s := os.Getenv("FENCELOCK_VERIFY_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("FENCELOCK_VERIFY_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	out := os.Getenv("FENCELOCK_VERIFY_OUT")
+	if out == "" {
+		out = t.TempDir()
+	}
+	t.Logf("seed %d (rerun with FENCELOCK_VERIFY_SEED=%d), output in %s", seed, seed, out)
+	for i, sc := range verify.Scenarios() {
+		t.Run(sc.Name, func(t *testing.T) {
+			cfg := verify.DefaultConfig()
+			cfg.Binary, cfg.OutDir, cfg.Seed = bin, out, seed+uint64(i)
+			cfg.Duration = 12 * time.Second
+			if testing.Short() {
+				cfg.Duration = 8 * time.Second
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			rs, err := verify.Run(ctx, cfg, sc.Name)
+			if err != nil {
+				t.Fatalf("run scenario %s: %v", sc.Name, err)
+			}
+			var table bytes.Buffer
+			verify.WriteTable(&table, rs)
+			t.Logf("\n%s", table.String())
+			r := rs[0]
+			if !r.Pass {
+				t.Errorf("scenario %s: got verdict %q, want PASS (seed %d; history in %s)", sc.Name, r.Verdict, r.Seed, r.Dir)
+			}
+			if sc.NoFencing && r.Pass {
+				for _, c := range r.Checks {
+					if c.Name == "store" && c.Valid {
+						t.Errorf("negative control: the store checker found no violation with fencing off")
+					}
+				}
+			}
+		})
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
