@@ -170,7 +170,8 @@ func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx co
 	failed := map[int]bool{} // endpoints that did not answer in this call
 	for attempt := 0; ; attempt++ {
 		eps := *c.eps.Load()
-		i := int(c.next.Load()) % len(eps)
+		cur := c.next.Load()
+		i := int(cur) % len(eps)
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
 		err := wire.FromConnect(fn(actx, eps[i]))
 		if err != nil && actx.Err() != nil && ctx.Err() == nil {
@@ -197,7 +198,7 @@ func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx co
 		} else {
 			failed[i] = true
 		}
-		c.next.CompareAndSwap(uint32(i), uint32(i+1))
+		c.next.CompareAndSwap(cur, uint32((i+1)%len(eps)))
 		if attempt%len(eps) == len(eps)-1 {
 			clear(failed) // a full round: give every node another chance
 			select {

@@ -149,3 +149,26 @@ func TestClient_ErrorsKeepIdentityAcrossTheWire(t *testing.T) {
 		})
 	}
 }
+
+func TestClient_RotatesPastDeadEndpoints(t *testing.T) {
+	live := startServer(t)
+	dead := func() string { // a port nobody listens on
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return ln.Addr().String()
+	}
+	cfg := client.DefaultConfig(dead(), dead(), live)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := client.NewFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ { // several calls, so the rotation wraps around
+		if _, err := c.Describe(context.Background(), "none"); !errors.Is(err, fencelock.ErrNotFound) {
+			t.Fatalf("call %d: got %v, want the live endpoint's ErrNotFound", i, err)
+		}
+	}
+}

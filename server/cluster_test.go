@@ -216,6 +216,11 @@ func TestCluster_MembershipAddRemoveIncludingLeader(t *testing.T) {
 		Args: append([]string{"--node-id", "n4", "--join", cl.Nodes[0].Addr}, testproc.DefaultClusterFlags...)}
 	n4 = testproc.AttachServer(t, n4)
 	n4.Start()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- log of n4:\n%s", n4.Log())
+		}
+	})
 	waitFor(t, func() bool { // joined, and every member's API address recorded
 		st, err := c.Status(ctx, n4.Addr)
 		if err != nil || len(st.Members) != 4 {

@@ -59,7 +59,11 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
 	s.store = store
-	raftLog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{cfg.Logger}, DisableTime: true})
+	raftLevel := hclog.Warn
+	if cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		raftLevel = hclog.Info
+	}
+	raftLog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLevel, Output: slogWriter{cfg.Logger}, DisableTime: true})
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, raftLog)
 	if err != nil {
 		store.Close()
@@ -280,6 +284,17 @@ func (o *observer) Ended(name fencelock.LockName, token fencelock.Token) {
 type slogWriter struct{ log *slog.Logger }
 
 func (w slogWriter) Write(p []byte) (int, error) {
-	w.log.Warn(strings.TrimSpace(string(p)), "component", "raft")
+	line := strings.TrimSpace(string(p))
+	if strings.Contains(line, "unable to get address for server, using fallback") {
+		return len(p), nil // expected with --raft-peer-addrs naming only some peers
+	}
+	level := slog.LevelWarn
+	switch {
+	case strings.HasPrefix(line, "[INFO]"), strings.HasPrefix(line, "[DEBUG]"), strings.HasPrefix(line, "[TRACE]"):
+		level = slog.LevelDebug
+	case strings.HasPrefix(line, "[ERROR]"):
+		level = slog.LevelError
+	}
+	w.log.Log(context.Background(), level, line, "component", "raft")
 	return len(p), nil
 }

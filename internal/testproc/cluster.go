@@ -52,7 +52,7 @@ func StartCluster(tb testing.TB, n int, extra ...string) *Cluster {
 	tb.Cleanup(func() {
 		if tb.Failed() {
 			for i, s := range c.Nodes {
-				tb.Logf("--- log of %s (running: %v):\n%s", NodeID(i), s.Running(), tail(s.Log(), 40))
+				tb.Logf("--- log of %s (running: %v):\n%s", NodeID(i), s.Running(), tail(s.Log(), 150))
 			}
 		}
 		for _, s := range c.Nodes {
