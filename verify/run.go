@@ -34,7 +34,7 @@ type Config struct {
 // DefaultConfig returns the short-mode settings used by the tests and CI.
 func DefaultConfig() Config {
 	return Config{Duration: 12 * time.Second, Clients: 3, Locks: 2, TTL: time.Second,
-		OpTimeout: 3 * time.Second, Logger: slog.Default()}
+		OpTimeout: 1500 * time.Millisecond, Logger: slog.Default()}
 }
 
 // Validate reports the first problem with c.

@@ -40,6 +40,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.IntVar(&cfg.Clients, "clients", def.Clients, "client processes")
 	fs.IntVar(&cfg.Locks, "locks", def.Locks, "distinct locks (and store objects)")
 	fs.DurationVar(&cfg.TTL, "ttl", def.TTL, "lease TTL of the workload's grants (at least 1s)")
+	fs.DurationVar(&cfg.OpTimeout, "op-timeout", def.OpTimeout, "how long a client retries one operation before it counts as unknown (info)")
 	out := fs.String("out", "", "output directory for histories, logs and visualisations (default: a new temp dir)")
 	if err := parse(fs, args); err != nil {
 		return err
