@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every fencelock test on this machine, from nothing: installs and starts
 # throwaway PostgreSQL and Redis servers on loopback (scripts/services.sh),
-# vets, runs the whole suite with the race detector, smoke-runs the
-# benchmark, and stops the servers it started.
+# vets, runs the whole suite with the race detector (unit tests, real-process
+# server and cluster fault tests, the demo, the verify scenarios), tests the
+# bench/ module and smoke-runs the benchmarks against etcd and Redis, and
+# stops every server it started.
 #
 #   bash scripts/test.sh            # extra args go to "go test", e.g. -run Server
 set -euo pipefail
@@ -20,5 +22,8 @@ echo "== go vet" >&2
 go vet ./...
 echo "== go test -race" >&2
 go test -race -count=1 -timeout 20m "$@" ./...
-echo "== benchmark smoke run (numbers are not checked)" >&2
+echo "== bench module: vet and tests" >&2
+(cd bench && go vet ./... && go test -race -count=1 ./...)
+echo "== benchmark smoke runs (numbers are not checked)" >&2
 go test -run '^$' -bench AcquireRelease -benchtime 64x ./server/
+bash bench/run.sh --smoke --out "$svcdir/bench-smoke.md"
