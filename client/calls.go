@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
@@ -37,15 +38,17 @@ func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, t
 // Release ends a grant by its name, lease id and token. Lock.Release calls
 // it. Errors: fencelock.ErrNotHolder if that grant is not current.
 func (c *Client) Release(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) error {
-	attempts := 0
+	unknown := false // an earlier attempt may have released it without our hearing
 	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
-		attempts++
 		_, err := rpc.Release(ctx, connect.NewRequest(&fencelockv1.ReleaseRequest{
 			Name: name, LeaseId: string(id), Token: uint64(token)}))
+		if err != nil && (ctx.Err() != nil || errors.Is(wire.FromConnect(err), fencelock.ErrUnavailable)) {
+			unknown = true
+		}
 		return err
 	})
-	if err != nil && attempts > 1 && errors.Is(err, fencelock.ErrNotHolder) {
-		return nil // an earlier attempt whose answer was lost did release it
+	if err != nil && unknown && errors.Is(err, fencelock.ErrNotHolder) {
+		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("release: %w", err)

@@ -172,3 +172,60 @@ func TestClient_RotatesPastDeadEndpoints(t *testing.T) {
 		}
 	}
 }
+
+func TestAcquire_SameRequestIDOnTwoLocksGetsTheRightGrant(t *testing.T) {
+	c := quietClient(t, startServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hx, err := c.TryAcquire(ctx, "x", client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hy, err := c.TryAcquire(ctx, "y", client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *client.Lock
+		err error
+	}
+	wx, wy := make(chan result, 1), make(chan result, 1)
+	for name, ch := range map[string]chan result{"x": wx, "y": wy} {
+		go func() {
+			l, err := c.Acquire(ctx, name, client.WithTTL(10*time.Second), client.WithRequestID("same-id"))
+			ch <- result{l, err}
+		}()
+	}
+	for _, name := range []string{"x", "y"} {
+		for {
+			li, err := c.Describe(ctx, name)
+			if err == nil && len(li.Waiters) == 1 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if err := hx.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rx := <-wx
+	if rx.err != nil || rx.l.Name() != "x" {
+		t.Fatalf("waiter on x: %+v", rx)
+	}
+	select {
+	case ry := <-wy:
+		t.Fatalf("the waiter on y returned (%v, %v) when x was granted", ry.l.Token(), ry.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := hy.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ry := <-wy
+	if ry.err != nil || ry.l.Token() == rx.l.Token() {
+		t.Fatalf("waiter on y got %+v; want its own grant, not x's token %d", ry, rx.l.Token())
+	}
+	li, err := c.Describe(ctx, "y")
+	if err != nil || li.Token != ry.l.Token() {
+		t.Errorf("y is held with token %d (%v), but its waiter was told %d", li.Token, err, ry.l.Token())
+	}
+}

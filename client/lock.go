@@ -44,6 +44,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	if o.requestID == "" {
 		o.requestID = string(fencelock.NewLeaseID())
 	}
+	// A grant returned for this request id may have been made at any point
+	// since the first attempt (a retry, or a later wait chunk, can return a
+	// grant made earlier), so the lease counts from here.
+	first := time.Now()
 	for {
 		wait := o.wait
 		if !o.waitSet {
@@ -55,10 +59,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		}
 		req := &fencelockv1.AcquireRequest{Name: name, Ttl: durationpb.New(o.ttl), Wait: durationpb.New(wait),
 			RequestId: o.requestID, Holder: o.holder}
-		var start time.Time
+		start := first
 		var g *fencelockv1.Grant
 		err := c.callAt(ctx, wait, func(ctx context.Context, ep *endpoint) error {
-			start = time.Now() // the lease began no earlier than this attempt
 			resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
 			if err != nil {
 				return err
@@ -71,8 +74,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 				return nil, fmt.Errorf("acquire %q: service returned no grant: %w", name, fencelock.ErrUnavailable)
 			}
 			if time.Since(start) > o.margin {
-				// Queued: the lease began at some unknown point after start.
-				// Renew at once so the lease context counts from a known point.
+				// Queued or retried: the lease began at some unknown point
+				// after start. Renew at once so the lease context counts from
+				// a known point.
 				now := time.Now()
 				if _, err := c.Renew(ctx, name, fencelock.LeaseID(g.LeaseId), fencelock.Token(g.Token)); err == nil {
 					start = now

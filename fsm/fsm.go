@@ -83,6 +83,7 @@ type FSM struct {
 	expOrder []*record
 	members  map[string]string // node id -> API address
 	applied  uint64
+	lastNow  int64 // the largest Command.Now applied: command time never goes back
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -137,6 +138,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 }
 
 func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
+	// Leaders' clocks differ; command time must not go back, or pruning
+	// would depend on history that a snapshot does not keep.
+	cmd.Now = max(cmd.Now, f.lastNow)
+	f.lastNow = cmd.Now
 	f.prune(cmd.Now)
 	switch cmd.Op {
 	case OpAcquire:
@@ -250,9 +255,8 @@ func (f *FSM) end(index uint64, now int64, l *Lock, expired bool, events *[]even
 		h := &Holder{Token: fencelock.Token(index), LeaseID: w.LeaseID, Holder: w.Holder,
 			TTL: w.TTL, RequestID: w.RequestID, GrantedAt: now}
 		l.Holder = h
-		if rec := f.requests[w.RequestID]; rec != nil && rec.Name == l.Name {
-			rec.Token = h.Token
-		}
+		// A fresh record: the retry window of a grant starts at the grant.
+		f.remember(w.RequestID, l.Name, h.Token, now)
 		g := *h
 		*events = append(*events, event{name: l.Name, granted: &g})
 	}
@@ -278,14 +282,24 @@ func (f *FSM) remember(rid string, name fencelock.LockName, tok fencelock.Token,
 func (f *FSM) prune(now int64) {
 	cut := now - f.window
 	n := 0
+	var keep []*record
 	for n < len(f.reqOrder) && f.reqOrder[n].Now < cut {
 		rec := f.reqOrder[n]
 		if f.requests[rec.Key] == rec {
-			delete(f.requests, rec.Key)
+			if rec.Token == 0 && f.queued(rec.Name, rec.Key) {
+				// Still waiting: its retries must keep finding it.
+				keep = append(keep, &record{Key: rec.Key, Name: rec.Name, Now: now})
+			} else {
+				delete(f.requests, rec.Key)
+			}
 		}
 		n++
 	}
 	f.reqOrder = f.reqOrder[n:]
+	for _, rec := range keep {
+		f.requests[rec.Key] = rec
+		f.reqOrder = append(f.reqOrder, rec)
+	}
 	n = 0
 	for n < len(f.expOrder) && f.expOrder[n].Now < cut {
 		rec := f.expOrder[n]
@@ -295,6 +309,18 @@ func (f *FSM) prune(now int64) {
 		n++
 	}
 	f.expOrder = f.expOrder[n:]
+}
+
+// queued reports whether request rid waits in name's queue.
+func (f *FSM) queued(name fencelock.LockName, rid string) bool {
+	if l := f.locks[name]; l != nil {
+		for _, w := range l.Waiters {
+			if w.RequestID == rid {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Get returns a copy of the named lock's entry.

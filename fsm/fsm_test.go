@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"sort"
 	"testing"
 	"time"
 
@@ -275,3 +276,73 @@ type sink struct{ *bytes.Buffer }
 func (s *sink) ID() string    { return "test" }
 func (s *sink) Cancel() error { return nil }
 func (s *sink) Close() error  { return nil }
+
+func TestFSM_QueuedRequestOutlivesTheDedupeWindow(t *testing.T) {
+	h := newHarness(t)
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	h.apply(acq("a", "w1", "Lw1", true))
+	h.now += int64(5 * time.Minute) // window is 1 minute
+	h.apply(acq("other", "x", "Lx", false))
+	if r := h.apply(acq("a", "w1", "Lw1b", true)); !r.Queued {
+		t.Fatalf("retry of a request still queued after the window: got %+v, want queued", r)
+	}
+	if l, _ := h.f.Get("a"); len(l.Waiters) != 1 {
+		t.Fatalf("queue has %d waiters after the retry, want 1 (no second waiter)", len(l.Waiters))
+	}
+	h.now += int64(5 * time.Minute)
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	granted, _ := h.f.Get("a")
+	// The retry window of a grant starts at the grant: a retry right after
+	// it gets the same grant, not a second one.
+	if r := h.apply(acq("a", "w1", "Lw1c", true)); r.Grant == nil || r.Grant.Token != granted.Holder.Token {
+		t.Errorf("retry just after the waiter's grant: got %+v, want its grant (token %d)", r, granted.Holder.Token)
+	}
+}
+
+func TestFSM_CommandTimeNeverGoesBack(t *testing.T) {
+	// A replica restored from a snapshot and one that replays the log must
+	// prune the same request ids, even when a new leader's clock is behind.
+	live := newHarness(t)
+	behind := live.now - int64(30*time.Minute)
+	live.apply(acq("a", "", "L1", false))
+	live.apply(acq("a", "w1", "Lw1", true)) // record at T
+	r2 := acq("b", "r2", "L2", false)
+	r2.Now = behind // the next leader's clock is half an hour behind
+	live.apply(r2)
+	cancel := Command{Op: OpCancelWait, Name: "a", RequestID: "w1", Now: behind + 1}
+	live.apply(cancel)
+	requeue := acq("a", "w1", "Lw1", true) // overwrites the record at T
+	requeue.Now = behind + 2
+	live.apply(requeue)
+
+	snap, err := live.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := snap.Persist(&sink{Buffer: &buf}); err != nil {
+		t.Fatal(err)
+	}
+	restored := newHarness(t)
+	if err := restored.f.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	restored.index = live.index
+	// Command time between "behind" and T, past the window for "behind".
+	c := acq("c", "r3", "L3", false)
+	c.Now = behind + int64(20*time.Minute)
+	live.apply(c)
+	restored.apply(c)
+	if got, want := keys(restored.f.requests), keys(live.f.requests); !reflect.DeepEqual(got, want) {
+		t.Errorf("request ids differ between replicas: restored %v, live %v", got, want)
+	}
+}
+
+func keys(m map[string]*record) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -17,6 +17,7 @@ type state struct {
 	Requests []record          `json:"requests"`
 	Expired  []record          `json:"expired"`
 	Members  map[string]string `json:"members,omitempty"`
+	LastNow  int64             `json:"last_now"`
 }
 
 type snapshot struct{ data []byte }
@@ -25,7 +26,7 @@ type snapshot struct{ data []byte }
 // may run concurrently with later Applies.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
-	st := state{Applied: f.applied, Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members))}
+	st := state{Applied: f.applied, LastNow: f.lastNow, Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members))}
 	for k, v := range f.members {
 		st.Members[k] = v
 	}
@@ -73,6 +74,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.mu.Unlock()
 	f.reset()
 	f.applied = st.Applied
+	f.lastNow = st.LastNow
 	for k, v := range st.Members {
 		f.members[k] = v
 	}

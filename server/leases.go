@@ -20,6 +20,7 @@ type leaseTable struct {
 
 	mu     sync.Mutex
 	active bool
+	epoch  uint64 // bumped by deactivate: an activation begun before it is void
 	leases map[fencelock.LockName]*lease
 }
 
@@ -36,17 +37,35 @@ func newLeaseTable(expire func(fencelock.LockName, fencelock.Token) error) *leas
 	return &leaseTable{expire: expire, leases: make(map[fencelock.LockName]*lease)}
 }
 
-// activate arms every current grant with its full TTL from now and starts
-// tracking new grants. It returns the number of leases armed.
-func (t *leaseTable) activate(holders func() map[fencelock.LockName]fsm.Holder, now time.Time) int {
+// currentEpoch returns the epoch to pass to activate.
+func (t *leaseTable) currentEpoch() uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.epoch
+}
+
+// isActive reports whether the table is armed: this node is a ready leader.
+func (t *leaseTable) isActive() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.active
+}
+
+// activate arms every current grant with its full TTL from now and starts
+// tracking new grants, unless leadership was lost since epoch was read. It
+// returns the number of leases armed and whether it activated.
+func (t *leaseTable) activate(epoch uint64, holders func() map[fencelock.LockName]fsm.Holder, now time.Time) (int, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.epoch != epoch {
+		return 0, false
+	}
 	t.active = true
 	hs := holders()
 	for name, h := range hs {
 		t.armLocked(name, h, now)
 	}
-	return len(hs)
+	return len(hs), true
 }
 
 // deactivate stops every timer and forgets every lease.
@@ -54,6 +73,7 @@ func (t *leaseTable) deactivate() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.active = false
+	t.epoch++
 	for name, l := range t.leases {
 		l.timer.Stop()
 		delete(t.leases, name)

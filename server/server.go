@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -33,7 +32,6 @@ type Server struct {
 	waiters *waiters
 	metrics *metrics
 
-	ready     atomic.Bool // leader with leases re-armed
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -143,7 +141,6 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.leases.deactivate()
-		s.ready.Store(false)
 		err = s.raft.Shutdown().Error()
 		s.wg.Wait()
 		err = errors.Join(err, s.trans.Close(), s.store.Close())
@@ -153,7 +150,7 @@ func (s *Server) Close() error {
 
 // Ready reports whether the node is the leader and has re-armed every lease,
 // so it can serve requests.
-func (s *Server) Ready() bool { return s.ready.Load() }
+func (s *Server) Ready() bool { return s.leases.isActive() }
 
 // WaitReady blocks until the node is ready or ctx ends.
 func (s *Server) WaitReady(ctx context.Context) error {
@@ -173,36 +170,51 @@ func (s *Server) WaitReady(ctx context.Context) error {
 // barrier) and stops them at once when it stops being leader.
 func (s *Server) watchLeadership(notify <-chan bool) {
 	defer s.wg.Done()
-	var gen atomic.Uint64
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case leader := <-notify:
-			g := gen.Add(1)
 			if !leader {
-				s.ready.Store(false)
 				s.leases.deactivate()
 				s.log.Warn("lost leadership: lease timers stopped")
 				continue
 			}
+			epoch := s.leases.currentEpoch()
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
-					s.log.Warn("barrier after election failed", "err", err)
-					return
-				}
-				if gen.Load() != g || s.raft.State() != raft.Leader {
-					return
-				}
-				n := s.leases.activate(s.fsm.Holders, time.Now())
-				s.ready.Store(true)
-				s.recordAPIAddr()
-				s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "term", s.raft.Stats()["term"])
+				s.becomeReady(epoch)
 			}()
 		}
 	}
+}
+
+// becomeReady waits for a barrier (retrying while this node stays leader),
+// so that every entry of earlier terms is applied, then re-arms every lease
+// with its full TTL. It gives up if leadership is lost meanwhile.
+func (s *Server) becomeReady(epoch uint64) {
+	for {
+		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		if s.leases.currentEpoch() != epoch || s.raft.State() != raft.Leader {
+			return
+		}
+		if err == nil {
+			break
+		}
+		s.log.Warn("barrier after election failed; retrying", "err", err)
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	n, ok := s.leases.activate(epoch, s.fsm.Holders, time.Now())
+	if !ok {
+		return
+	}
+	s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "term", s.raft.Stats()["term"])
+	s.recordAPIAddr()
 }
 
 // Apply proposes cmd through Raft and waits until it is applied or ctx ends.
@@ -273,7 +285,7 @@ func (o *observer) Granted(name fencelock.LockName, h fsm.Holder) {
 	s := (*Server)(o)
 	s.metrics.grants.Inc()
 	s.leases.granted(name, h, time.Now())
-	s.waiters.deliver(h)
+	s.waiters.deliver(name, h)
 }
 
 func (o *observer) Ended(name fencelock.LockName, token fencelock.Token) {

@@ -66,8 +66,8 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	}
 	var ch chan fsm.Holder
 	if req.Wait > 0 {
-		ch = s.waiters.add(req.RequestID)
-		defer s.waiters.remove(req.RequestID, ch)
+		ch = s.waiters.add(req.Name, req.RequestID)
+		defer s.waiters.remove(req.Name, req.RequestID, ch)
 	}
 	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: req.Name, RequestID: req.RequestID,
 		Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0})

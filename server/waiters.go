@@ -3,11 +3,13 @@ package server
 import (
 	"sync"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
 )
 
 // waiters routes a grant to the Acquire call waiting for it on this node,
-// by request id, the moment the granting entry is applied.
+// by lock name and request id (request ids are scoped per lock), the moment
+// the granting entry is applied.
 type waiters struct {
 	mu sync.Mutex
 	m  map[string][]chan fsm.Holder
@@ -16,16 +18,20 @@ type waiters struct {
 func newWaiters() *waiters { return &waiters{m: make(map[string][]chan fsm.Holder)} }
 
 // add registers a channel that receives the grant for request id rid.
-func (w *waiters) add(rid string) chan fsm.Holder {
+func (w *waiters) add(name fencelock.LockName, rid string) chan fsm.Holder {
 	ch := make(chan fsm.Holder, 1)
+	k := waiterKey(name, rid)
 	w.mu.Lock()
-	w.m[rid] = append(w.m[rid], ch)
+	w.m[k] = append(w.m[k], ch)
 	w.mu.Unlock()
 	return ch
 }
 
+func waiterKey(name fencelock.LockName, rid string) string { return string(name) + "\x00" + rid }
+
 // remove unregisters ch.
-func (w *waiters) remove(rid string, ch chan fsm.Holder) {
+func (w *waiters) remove(name fencelock.LockName, rid string, ch chan fsm.Holder) {
+	rid = waiterKey(name, rid)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	chs := w.m[rid]
@@ -44,13 +50,13 @@ func (w *waiters) remove(rid string, ch chan fsm.Holder) {
 
 // deliver hands h to every Acquire waiting for its request id. It never
 // blocks.
-func (w *waiters) deliver(h fsm.Holder) {
+func (w *waiters) deliver(name fencelock.LockName, h fsm.Holder) {
 	if h.RequestID == "" {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, ch := range w.m[h.RequestID] {
+	for _, ch := range w.m[waiterKey(name, h.RequestID)] {
 		select {
 		case ch <- h:
 		default:
