@@ -7,14 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
@@ -26,7 +24,7 @@ type Server struct {
 	log     *slog.Logger
 	fsm     *fsm.FSM
 	raft    *raft.Raft
-	store   *raftboltdb.BoltStore
+	store   logStore
 	trans   *raft.NetworkTransport
 	leases  *leaseTable
 	waiters *waiters
@@ -52,16 +50,16 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	s.leases = newLeaseTable(s.proposeExpire)
 	s.fsm = fsm.New(cfg.DedupeWindow, (*observer)(s))
 
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
-	if err != nil {
-		return nil, fmt.Errorf("open raft log: %w", err)
-	}
-	s.store = store
 	raftLevel := hclog.Warn
 	if cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		raftLevel = hclog.Info
 	}
 	raftLog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLevel, Output: slogWriter{cfg.Logger}, DisableTime: true})
+	store, err := openLogStore(cfg, raftLog)
+	if err != nil {
+		return nil, err
+	}
+	s.store = store
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, raftLog)
 	if err != nil {
 		store.Close()
