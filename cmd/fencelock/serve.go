@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	join := fs.String("join", "", "join an existing cluster through any member's API address(es), comma-separated")
 	peerAddrs := fs.String("raft-peer-addrs", "", "override the Raft address used to reach peers, id=addr,... for every peer (proxies, NAT)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	pprofOn := fs.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on the API address")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -86,7 +88,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
-	hs := &http.Server{Handler: s.Handler(), Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	handler := s.Handler()
+	if *pprofOn {
+		mux := http.NewServeMux()
+		mux.Handle("/", handler)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		handler = mux
+	}
+	hs := &http.Server{Handler: handler, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	log.Info("fencelock serving", "api", ln.Addr().String(), "raft", cfg.RaftAddr, "data_dir", cfg.DataDir, "node", cfg.NodeID)
