@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/testproc"
 )
@@ -87,4 +89,76 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// BenchmarkRenew holds 10,000 locks and renews them round-robin with 32
+// concurrent callers. It reports renewals/s, the server's CPU per renewal
+// (from /proc), and fails if the Raft log grew: renewals are leader-memory
+// bookkeeping and must not touch the disk.
+//
+//	go test -run '^$' -bench Renew -benchtime 50000x ./server/
+func BenchmarkRenew(b *testing.B) {
+	const held, callers = 10000, 32
+	srv := testproc.StartServer(b)
+	c := newClient(b, srv.Addr)
+	ctx := context.Background()
+	type grant struct {
+		name  string
+		id    fencelock.LeaseID
+		token fencelock.Token
+	}
+	grants := make([]grant, held)
+	var wg sync.WaitGroup
+	for w := 0; w < callers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < held; i += callers {
+				g := rawAcquire(b, srv.Addr, fmt.Sprintf("renew/%d", i), "", 10*time.Minute)
+				grants[i] = grant{g.Name, fencelock.LeaseID(g.LeaseId), fencelock.Token(g.Token)}
+			}
+		}()
+	}
+	wg.Wait()
+	before, err := c.Status(ctx, srv.Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cpu0, err := srv.CPUTime()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	var failed atomic.Int64
+	for w := 0; w < callers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < b.N; i += callers {
+				g := grants[i%held]
+				if _, err := c.Renew(ctx, g.name, g.id, g.token); err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpu1, _ := srv.CPUTime()
+	after, err := c.Status(ctx, srv.Addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d renewals failed", n)
+	}
+	if after.LastLogIndex != before.LastLogIndex {
+		b.Fatalf("the Raft log grew from index %d to %d during %d renewals: renewals touched the disk",
+			before.LastLogIndex, after.LastLogIndex, b.N)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "renewals/s")
+	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "server-cpu-µs/renewal")
+	b.ReportMetric(0, "ns/op")
 }
