@@ -29,7 +29,7 @@ func WriteTable(w io.Writer, results []Result) {
 	}
 }
 
-// Number returns the scenario's number ("1".."5", "neg").
+// Number returns the scenario's number ("1".."6", "neg").
 func (r Result) Number() string {
 	if s, ok := Lookup(r.Scenario); ok {
 		return s.Number

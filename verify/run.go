@@ -65,6 +65,8 @@ type Result struct {
 	Snapshots     int           `json:"snapshots"`      // snapshot index advances observed
 	LeasesLost    int           `json:"leases_lost"`    // renews/releases refused: the grant had ended
 	StaleRejected int           `json:"stale_rejected"` // writes and fence raises refused for a stale token
+	MemberChanges int           `json:"member_changes"` // completed membership changes (removals, re-joins)
+	Refusals      int           `json:"refusals"`       // removals refused because they would break quorum (expected)
 	Checks        []Check       `json:"checks"`
 	Bit           Check         `json:"faults_bit"` // did the faults really bite
 	// Expected is "valid", or "violation" for a negative control.
@@ -76,17 +78,21 @@ type Result struct {
 
 // env is what a running scenario's workload and nemesis share.
 type env struct {
-	cfg     Config
-	sc      Scenario
-	dir     string
-	h       *History
-	cl      *cluster
-	store   *storeProc
-	rng     *rand.Rand
-	rngMu   sync.Mutex
-	faults  atomic.Int64
-	log     *slog.Logger
-	workLog io.Writer
+	cfg    Config
+	sc     Scenario
+	dir    string
+	h      *History
+	cl     *cluster
+	store  *storeProc
+	rng    *rand.Rand
+	rngMu  sync.Mutex
+	faults atomic.Int64
+	// members counts completed membership changes (a removal, a re-join);
+	// refusals counts removals the service refused to protect its quorum.
+	members  atomic.Int64
+	refusals atomic.Int64
+	log      *slog.Logger
+	workLog  io.Writer
 }
 
 func (e *env) intn(n int) int {
@@ -233,7 +239,7 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 		return Result{}, err
 	}
 	r := Result{Scenario: sc.Name, Seed: seed, Nodes: nodes, Duration: elapsed.Round(100 * time.Millisecond), Dir: dir,
-		Faults: int(e.faults.Load()), LeaderChanges: obs.leaderChanges(), Snapshots: obs.snapshots, Expected: "valid"}
+		Faults: int(e.faults.Load()), MemberChanges: int(e.members.Load()), Refusals: int(e.refusals.Load()), LeaderChanges: obs.leaderChanges(), Snapshots: obs.snapshots, Expected: "valid"}
 	countOps(ops, &r)
 	r.Checks = []Check{
 		CheckTokens(ops),

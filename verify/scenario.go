@@ -11,7 +11,7 @@ import (
 // Scenario is one fault schedule of the harness.
 type Scenario struct {
 	Name     string
-	Number   string // "1".."5", "neg"
+	Number   string // "1".."6", "neg"
 	Title    string
 	Nodes    int // default cluster size
 	MinNodes int
@@ -79,9 +79,10 @@ var (
 	staleRefused = func(r Result) func(*Check) { return need("stale write(s) rejected", r.StaleRejected, 1) }
 	leaseLost    = func(r Result) func(*Check) { return need("lost lease(s) (renew/release refused)", r.LeasesLost, 1) }
 	snapshotSeen = func(r Result) func(*Check) { return need("snapshot(s) taken", r.Snapshots, 1) }
+	memberChange = func(r Result) func(*Check) { return need("completed membership change(s)", r.MemberChanges, 1) }
 )
 
-// Scenarios returns the scenarios in their run order: 1-5 and the
+// Scenarios returns the scenarios in their run order: 1-6 and the
 // negative control.
 func Scenarios() []Scenario {
 	return []Scenario{
@@ -96,6 +97,8 @@ func Scenarios() []Scenario {
 		{Name: "snapshot-kill", Number: "5", Title: "kill -9 random nodes, small snapshot threshold (InstallSnapshot, Restore)",
 			Nodes: 3, MinNodes: 3, nemesis: killNodes(true), bit: bits(leaderChange, snapshotSeen),
 			ServerFlags: []string{"--snapshot-threshold", "16", "--trailing-logs", "4", "--snapshot-interval", "100ms"}},
+		{Name: "membership", Number: "6", Title: "five nodes, membership changes: remove a follower and re-join it wiped, transfer leadership, remove the leader, kill -9",
+			Nodes: 5, MinNodes: 3, nemesis: membership, bit: bits(memberChange, leaderChange)},
 		{Name: "negative-control", Number: "neg", Title: "scenario 4 against a store with fencing OFF: the checker must find the violation",
 			Nodes: 1, MinNodes: 1, NoFencing: true, zombie: zombie, bit: bits(leaseLost)},
 	}

@@ -46,7 +46,7 @@ func binary(tb testing.TB) string {
 	return binPath
 }
 
-// TestScenarios runs the short mode of scenarios 1-5 and the negative
+// TestScenarios runs the short mode of scenarios 1-6 and the negative
 // control, one at a time (about 15 s each). FENCELOCK_VERIFY_SEED fixes the
 // seed; FENCELOCK_VERIFY_OUT keeps the histories in that directory.
 func TestScenarios(t *testing.T) {
