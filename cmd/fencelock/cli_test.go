@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -79,5 +80,37 @@ func TestRun_HelpAndUsageErrors(t *testing.T) {
 		if code != tc.wantCode || !strings.Contains(out, tc.wantOut) {
 			t.Errorf("fencelock %v: exit %d, output %q; want exit %d mentioning %q", tc.args, code, out, tc.wantCode, tc.wantOut)
 		}
+	}
+}
+
+func TestLock_CommandGetsSIGTERMWhenTheLeaseIsLost(t *testing.T) {
+	srv := testproc.StartServer(t)
+	proxy := testproc.StartProxy(t, srv.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testproc.Binary(t), "lock", "job", "--server", proxy.Addr, "--ttl", "1s",
+		"--", "sh", "-c", "trap 'echo got-sigterm; exit 42' TERM; while :; do sleep 0.1; done")
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"FENCELOCK_SERVER=" + srv.Addr}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if o, _ := testproc.Run(ctx, t, env, "describe", "job"); strings.Contains(o, "token=") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lock was never taken")
+		}
+	}
+	proxy.Block() // the holder can no longer renew: its lease context must end
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 42 || !strings.Contains(out.String(), "got-sigterm") {
+		t.Fatalf("fencelock lock: %v, output %q; want the command stopped by SIGTERM (exit 42)", err, out.String())
+	}
+	if !strings.Contains(out.String(), "lease on \"job\" lost") {
+		t.Errorf("fencelock lock did not say the lease was lost: %q", out.String())
 	}
 }

@@ -43,7 +43,8 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	release := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		// After the TTL the grant has expired anyway; do not wait longer.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(5*time.Second, *ttl))
 		defer cancel()
 		if err := l.Release(rctx); err != nil {
 			fmt.Fprintln(stderr, "fencelock: release:", err)
