@@ -59,6 +59,10 @@ func (l *Lock) clone() Lock {
 type Observer interface {
 	Granted(name fencelock.LockName, h Holder)
 	Ended(name fencelock.LockName, token fencelock.Token)
+	// Restored is called after Restore replaced the whole state (a snapshot
+	// was installed): grants made in entries this replica never applied
+	// are now in Holders.
+	Restored()
 }
 
 // record remembers one request id or one expired lease id.

@@ -26,6 +26,7 @@ func (r *recorder) Granted(_ fencelock.LockName, h Holder) {
 func (r *recorder) Ended(_ fencelock.LockName, t fencelock.Token) {
 	r.ended = append(r.ended, t)
 }
+func (r *recorder) Restored() {}
 
 // harness applies commands at increasing log indexes.
 type harness struct {

@@ -71,7 +71,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("decode snapshot: %w", err)
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.reset()
 	f.applied = st.Applied
 	f.lastNow = st.LastNow
@@ -91,6 +90,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		rec := st.Expired[i]
 		f.expired[fencelock.LeaseID(rec.Key)] = &rec
 		f.expOrder = append(f.expOrder, &rec)
+	}
+	f.mu.Unlock()
+	if f.obs != nil {
+		f.obs.Restored()
 	}
 	return nil
 }

@@ -286,6 +286,15 @@ func (o *observer) Granted(name fencelock.LockName, h fsm.Holder) {
 	s.waiters.deliver(name, h)
 }
 
+// Restored hands grants that arrived inside an installed snapshot to the
+// Acquire calls waiting for them here.
+func (o *observer) Restored() {
+	s := (*Server)(o)
+	for name, h := range s.fsm.Holders() {
+		s.waiters.deliver(name, h)
+	}
+}
+
 func (o *observer) Ended(name fencelock.LockName, token fencelock.Token) {
 	(*Server)(o).leases.ended(name, token)
 }
