@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -111,10 +112,11 @@ type Fencelock struct {
 	ttl time.Duration
 }
 
-// NewFencelock returns a Target of the service at addr; grants have the
-// given TTL (kept alive by the client while held).
+// NewFencelock returns a Target of the service at addr (a comma-separated
+// list for a cluster); grants have the given TTL (kept alive by the client
+// while held).
 func NewFencelock(addr string, ttl time.Duration) (*Fencelock, error) {
-	c, err := client.New(addr)
+	c, err := client.New(strings.Split(addr, ",")...)
 	if err != nil {
 		return nil, err
 	}

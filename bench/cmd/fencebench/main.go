@@ -61,7 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.peersDir, "peers-dir", "", "directory given to peers.sh up: reads peers.env (addresses) and *.pid (for server CPU)")
 	fs.StringVar(&o.workDir, "work-dir", "", "directory for fencelock's data and the fsync probe (default: a new temporary directory, removed after)")
 	fs.StringVar(&o.fencelockBin, "fencelock-bin", "", "fencelock binary to start as 'serve' (go build -o BIN ./cmd/fencelock)")
-	fs.StringVar(&o.fencelockAddr, "fencelock-addr", "", "use a running fencelock at this address instead of starting one")
+	fs.StringVar(&o.fencelockAddr, "fencelock-addr", "", "use a running fencelock at this address (comma-separated for a cluster) instead of starting one")
 	fs.StringVar(&o.etcdAddr, "etcd", "", "etcd client address (default from --peers-dir)")
 	fs.StringVar(&o.redisAOFAddr, "redis-aof", "", "Redis with appendonly yes + appendfsync always (default from --peers-dir)")
 	fs.StringVar(&o.redisNoPAddr, "redis-nopersist", "", "Redis without persistence (default from --peers-dir)")
