@@ -37,6 +37,9 @@ type node struct {
 	dataDir  string
 	logPath  string
 	args     []string
+	// external: a node of an existing deployment; the harness only talks
+	// to it (it never starts, kills or signals it).
+	external bool
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -46,7 +49,7 @@ type node struct {
 func (n *node) start(ctx context.Context) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cmd != nil {
+	if n.cmd != nil || n.external {
 		return nil
 	}
 	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -103,7 +106,7 @@ func (n *node) signal(sig syscall.Signal) error {
 func (n *node) running() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.cmd != nil
+	return n.cmd != nil || n.external
 }
 
 // readyLeader reports whether /readyz answers 200: the node leads and has
@@ -178,6 +181,15 @@ func startCluster(ctx context.Context, bin, dir string, n int, extra []string) (
 		return nil, err
 	}
 	return c, nil
+}
+
+// externalCluster is an existing deployment, reached at its API addresses.
+func externalCluster(servers []string) *cluster {
+	c := &cluster{links: map[[2]int]*netproxy.Proxy{}}
+	for i, s := range servers {
+		c.nodes = append(c.nodes, &node{id: fmt.Sprintf("server%d", i+1), addr: s, external: true})
+	}
+	return c
 }
 
 func (c *cluster) endpoints() []string {
@@ -316,6 +328,9 @@ func startStore(ctx context.Context, bin, dir string, noFencing bool) (*storePro
 }
 
 func (s *storeProc) close() {
+	if s.cmd == nil {
+		return // an existing store, not ours
+	}
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	_ = s.cmd.Wait()
 	s.log.Close()

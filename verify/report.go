@@ -12,11 +12,27 @@ func WriteTable(w io.Writer, results []Result) {
 	fmt.Fprintln(w, "| scenario | seed | nodes | time | ops | ok | fail | info | grants | faults | leader changes | leases lost | stale writes rejected | verdict |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
+		if r.Skipped != "" {
+			fmt.Fprintf(w, "| %s %s | %d | %d | - | - | - | - | - | - | - | - | - | - | SKIPPED |\n", r.Number(), r.Scenario, r.Seed, r.Nodes)
+			continue
+		}
 		fmt.Fprintf(w, "| %s %s | %d | %d | %v | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n",
 			r.Number(), r.Scenario, r.Seed, r.Nodes, r.Duration, r.Ops, r.OK, r.Fail, r.Info, r.Grants, r.Faults,
 			r.LeaderChanges, r.LeasesLost, r.StaleRejected, r.Verdict)
 	}
+	var skipped []string
 	for _, r := range results {
+		if r.Skipped != "" {
+			skipped = append(skipped, fmt.Sprintf("  %s: %s", r.Scenario, r.Skipped))
+		}
+	}
+	if len(skipped) > 0 {
+		fmt.Fprintf(w, "\nskipped:\n%s\n", strings.Join(skipped, "\n"))
+	}
+	for _, r := range results {
+		if r.Skipped != "" {
+			continue
+		}
 		var lines []string
 		for _, c := range append(append([]Check(nil), r.Checks...), r.Bit) {
 			if !c.Valid || c.Unknown {

@@ -29,7 +29,20 @@ type Config struct {
 	TTL       time.Duration // lease TTL of the workload's grants
 	OpTimeout time.Duration // per operation, in the worker
 	Logger    *slog.Logger  // progress
+	// Servers, when set, are the API addresses of an existing lock service
+	// to verify instead of starting nodes: only the workload and the
+	// client-side faults run (scenario 4 and, with the harness's own store,
+	// the negative control); scenarios whose nemesis needs to kill,
+	// partition or pause the servers are skipped with a note.
+	Servers []string
+	// StoreURL, when set, is an existing fenced store to use instead of
+	// starting one (the negative control, which needs a store with fencing
+	// off, is then skipped too).
+	StoreURL string
 }
+
+// External reports whether c verifies an existing deployment.
+func (c Config) External() bool { return len(c.Servers) > 0 }
 
 // DefaultConfig returns the short-mode settings used by the tests and CI.
 func DefaultConfig() Config {
@@ -68,7 +81,10 @@ type Result struct {
 	MemberChanges int           `json:"member_changes"` // completed membership changes (removals, re-joins)
 	Refusals      int           `json:"refusals"`       // removals refused because they would break quorum (expected)
 	Checks        []Check       `json:"checks"`
-	Bit           Check         `json:"faults_bit"` // did the faults really bite
+	// Skipped says why the scenario did not run (against an existing
+	// deployment, a nemesis that needs the harness's own processes).
+	Skipped string `json:"skipped,omitempty"`
+	Bit     Check  `json:"faults_bit"` // did the faults really bite
 	// Expected is "valid", or "violation" for a negative control.
 	Expected string `json:"expected"`
 	Pass     bool   `json:"pass"`
@@ -84,6 +100,7 @@ type env struct {
 	h      *History
 	cl     *cluster
 	store  *storeProc
+	prefix string // of lock names and store objects
 	rng    *rand.Rand
 	rngMu  sync.Mutex
 	faults atomic.Int64
@@ -165,10 +182,31 @@ func Run(ctx context.Context, cfg Config, names ...string) ([]Result, error) {
 	return out, nil
 }
 
+// skipReason says why sc cannot run with cfg ("" if it can).
+func skipReason(cfg Config, sc Scenario) string {
+	switch {
+	case !cfg.External():
+		return ""
+	case sc.nemesis != nil:
+		return "its nemesis kills, partitions or pauses the lock servers, which needs the harness's own nodes"
+	case sc.NoFencing && cfg.StoreURL != "":
+		return "the negative control needs the harness's own store with fencing off (run without --store)"
+	}
+	return ""
+}
+
 func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Result, error) {
 	nodes := sc.Nodes
 	if cfg.Nodes > 0 {
 		nodes = max(cfg.Nodes, sc.MinNodes)
+	}
+	if cfg.External() {
+		nodes = len(cfg.Servers)
+	}
+	if why := skipReason(cfg, sc); why != "" {
+		cfg.Logger.Warn("scenario skipped against an existing deployment", "scenario", sc.Name, "why", why)
+		return Result{Scenario: sc.Name, Seed: seed, Nodes: nodes, Expected: "skipped", Skipped: why, Pass: true,
+			Verdict: "SKIPPED: " + why}, nil
 	}
 	dir := filepath.Join(cfg.OutDir, sc.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -176,7 +214,13 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 	}
 	log := cfg.Logger
 	log.Info("scenario starting", "scenario", sc.Name, "seed", seed, "nodes", nodes, "duration", cfg.Duration, "dir", dir)
-	e := &env{cfg: cfg, sc: sc, dir: dir, h: NewHistory(), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), log: log}
+	e := &env{cfg: cfg, sc: sc, dir: dir, h: NewHistory(), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), log: log,
+		prefix: "verify-"}
+	if cfg.External() {
+		// An existing deployment keeps its locks, fences and objects across
+		// runs: fresh names make this run's history the whole story.
+		e.prefix = fmt.Sprintf("verify-%d-%d-", seed, time.Now().UnixNano()%1e6)
+	}
 	wl, err := os.Create(filepath.Join(dir, "workers.log"))
 	if err != nil {
 		return Result{}, err
@@ -184,15 +228,19 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 	defer wl.Close()
 	e.workLog = &lockedWriter{w: wl}
 
-	cl, err := startCluster(ctx, cfg.Binary, dir, nodes, sc.ServerFlags)
-	if err != nil {
+	var cl *cluster
+	if cfg.External() {
+		cl = externalCluster(cfg.Servers)
+	} else if cl, err = startCluster(ctx, cfg.Binary, dir, nodes, sc.ServerFlags); err != nil {
 		return Result{}, err
 	}
 	defer cl.close()
 	e.cl = cl
-	st, err := startStore(ctx, cfg.Binary, dir, sc.NoFencing)
-	if err != nil {
-		return Result{}, err
+	st := &storeProc{url: cfg.StoreURL}
+	if cfg.StoreURL == "" {
+		if st, err = startStore(ctx, cfg.Binary, dir, sc.NoFencing); err != nil {
+			return Result{}, err
+		}
 	}
 	defer st.close()
 	e.store = st
@@ -329,7 +377,7 @@ func finalReads(ctx context.Context, e *env) error {
 	}
 	defer w.close()
 	for l := 0; l < e.cfg.Locks; l++ {
-		lock := lockName(l)
+		lock := e.lockName(l)
 		var last error
 		for try := 0; try < 10 && ctx.Err() == nil; try++ {
 			r, err := w.call(request{F: FFinal, Lock: lock}, e.cfg.OpTimeout+2*time.Second)
@@ -348,7 +396,7 @@ func finalReads(ctx context.Context, e *env) error {
 	return nil
 }
 
-func lockName(i int) string { return fmt.Sprintf("verify-%d", i) }
+func (e *env) lockName(i int) string { return fmt.Sprintf("%s%d", e.prefix, i) }
 
 // observer polls every node's status to count leader changes and
 // snapshots.

@@ -1,6 +1,7 @@
 package verify_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -9,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/verify"
 )
 
@@ -102,4 +105,80 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimRight(p, "\n")))
 	return len(p), nil
+}
+
+// TestOwnCluster points the harness at a cluster it did not start (started
+// here with testproc, as a user's deployment would be) and at a store it
+// did not start: the client-side scenario runs and must pass; the
+// scenarios that need to kill servers or a store with fencing off are
+// skipped with a note.
+func TestOwnCluster(t *testing.T) {
+	bin := binary(t)
+	c := testproc.StartCluster(t, 3)
+	storeURL := startStore(t, bin)
+	cfg := verify.DefaultConfig()
+	cfg.Binary, cfg.OutDir, cfg.Seed = bin, t.TempDir(), uint64(time.Now().UnixNano()%1e9)
+	if out := os.Getenv("FENCELOCK_VERIFY_OUT"); out != "" {
+		cfg.OutDir = filepath.Join(out, "own-cluster")
+	}
+	cfg.Duration = 10 * time.Second
+	if testing.Short() {
+		cfg.Duration = 8 * time.Second
+	}
+	cfg.Servers, cfg.StoreURL = c.Endpoints(), storeURL
+	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rs, err := verify.Run(ctx, cfg, "zombie-client", "kill", "neg")
+	if err != nil {
+		t.Fatalf("run against own cluster: %v", err)
+	}
+	var table bytes.Buffer
+	verify.WriteTable(&table, rs)
+	t.Logf("seed %d\n%s", cfg.Seed, table.String())
+	if len(rs) != 3 {
+		t.Fatalf("got %d results, want 3", len(rs))
+	}
+	if r := rs[0]; !r.Pass || r.Skipped != "" || r.Nodes != 3 {
+		t.Errorf("zombie-client against own cluster: verdict %q, skipped %q, nodes %d; want PASS on 3 nodes (history in %s)",
+			r.Verdict, r.Skipped, r.Nodes, r.Dir)
+	}
+	for _, r := range rs[1:] {
+		if r.Skipped == "" || !r.Pass {
+			t.Errorf("%s against own cluster and store: verdict %q, want skipped", r.Scenario, r.Verdict)
+		}
+	}
+	if !strings.Contains(table.String(), "SKIPPED") {
+		t.Errorf("table does not show the skipped scenarios:\n%s", table.String())
+	}
+}
+
+// startStore starts "fencelock store" and returns its URL.
+func startStore(t *testing.T, bin string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "store", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				found <- strings.TrimSpace(u)
+			}
+		}
+	}()
+	select {
+	case u := <-found:
+		return u
+	case <-time.After(20 * time.Second):
+		t.Fatal("store not listening after 20s")
+		return ""
+	}
 }

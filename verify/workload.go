@@ -44,7 +44,7 @@ func runClient(ctx context.Context, e *env, slot int) error {
 			}
 			broken = false
 		}
-		lock := lockName(e.intn(e.cfg.Locks))
+		lock := e.lockName(e.intn(e.cfg.Locks))
 		a := do(request{F: FAcquire, Lock: lock, TTL: ttl, Wait: 2 * ttl})
 		if a.Type != OK {
 			sleep(ctx, e.between(10*time.Millisecond, 100*time.Millisecond))

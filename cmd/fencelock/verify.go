@@ -30,6 +30,11 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"history and checks it (token order, porcupine linearizability, no lost or\n"+
 		"stale write at the store, the faults really bit). The negative control\n"+
 		"turns fencing off and must be caught. Exit status 1 if any scenario fails.\n"+
+		"With --servers it verifies your own running cluster instead: the workload\n"+
+		"and the client-side faults (scenario 4, and the negative control unless\n"+
+		"--store is given) run against it; scenarios that kill, partition or pause\n"+
+		"servers are skipped with a note. Use a cluster you can spare: the workload\n"+
+		"creates locks and objects named verify-<seed>-*.\n"+
 		"Scenarios: "+strings.Join(names, ", ")+".", stderr)
 	def := verify.DefaultConfig()
 	cfg := def
@@ -41,12 +46,25 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.IntVar(&cfg.Locks, "locks", def.Locks, "distinct locks (and store objects)")
 	fs.DurationVar(&cfg.TTL, "ttl", def.TTL, "lease TTL of the workload's grants (at least 1s)")
 	fs.DurationVar(&cfg.OpTimeout, "op-timeout", def.OpTimeout, "how long a client retries one operation before it counts as unknown (info)")
+	servers := fs.String("servers", "", "verify an existing lock service: its API addresses host:port, comma-separated (no nodes are started)")
+	fs.StringVar(&cfg.StoreURL, "store", "", "with --servers: an existing fenced store URL to use instead of starting one")
 	out := fs.String("out", "", "output directory for histories, logs and visualisations (default: a new temp dir)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr("verify takes no arguments, got %q", fs.Args())
+	}
+	for _, s := range strings.Split(*servers, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if strings.HasPrefix(s, "https://") {
+				return usageErr("verify --servers: %q: the harness puts a plain TCP proxy between each client and each server; give host:port", s)
+			}
+			cfg.Servers = append(cfg.Servers, strings.TrimSuffix(strings.TrimPrefix(s, "http://"), "/"))
+		}
+	}
+	if cfg.StoreURL != "" && !cfg.External() {
+		return usageErr("verify --store needs --servers (without them the harness starts its own store)")
 	}
 	var which []string
 	if *scen != "all" && *scen != "" {
@@ -74,13 +92,28 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	fmt.Fprintf(stderr, "fencelock verify: seed %d, %v per scenario, output in %s\n", cfg.Seed, cfg.Duration, cfg.OutDir)
+	if cfg.External() {
+		store := "a store started by the harness"
+		if cfg.StoreURL != "" {
+			store = cfg.StoreURL
+		}
+		fmt.Fprintf(stderr, "fencelock verify: against your servers %s and %s; server-side nemeses (kill, partition, pause, snapshot, membership) are skipped\n",
+			strings.Join(cfg.Servers, ","), store)
+	}
 	if err := cfg.Validate(); err != nil {
 		return usageErr("%v", err)
 	}
 	results, err := verify.Run(ctx, cfg, which...)
 	verify.WriteTable(stdout, results)
-	fmt.Fprintf(stdout, "\nhistories, logs and visualisations: %s\nrerun with: fencelock verify --seed %d --duration %v --scenario %s\n",
-		cfg.OutDir, cfg.Seed, cfg.Duration, *scen)
+	rerun := ""
+	if cfg.External() {
+		rerun = " --servers " + strings.Join(cfg.Servers, ",")
+		if cfg.StoreURL != "" {
+			rerun += " --store " + cfg.StoreURL
+		}
+	}
+	fmt.Fprintf(stdout, "\nhistories, logs and visualisations: %s\nrerun with: fencelock verify --seed %d --duration %v --scenario %s%s\n",
+		cfg.OutDir, cfg.Seed, cfg.Duration, *scen, rerun)
 	if err != nil {
 		return err
 	}
