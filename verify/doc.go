@@ -2,8 +2,9 @@
 // processes (lock service nodes, the fenced object store, client worker
 // processes), runs a lock-set workload against them while a nemesis injects
 // faults (kill -9, silent network partitions through TCP proxies, SIGSTOP of
-// nodes and of clients), records every operation as a history of
-// invoke/ok/fail/info events on one monotonic clock, and checks it:
+// nodes and of clients, membership changes), records every operation as a
+// history of invoke/ok/fail/info events on one monotonic clock, and checks
+// it:
 //
 //   - per lock, acknowledged grants have unique tokens that increase in
 //     real-time order (CheckTokens);
@@ -19,5 +20,7 @@
 // A negative control runs the client-pause scenario against a store with
 // fencing off; its checkers must report a violation, which shows that they
 // can fail. "fencelock verify" and the package's tests run the same
-// scenarios (see docs/VERIFICATION.md).
+// scenarios (see docs/VERIFICATION.md). With Config.Servers the harness
+// verifies an existing deployment instead of starting nodes: only the
+// client-side faults run there.
 package verify

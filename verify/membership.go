@@ -18,13 +18,16 @@ import (
 // membership is scenario 6's nemesis. Every 1.5-2.5 s it does one of, in
 // turn: remove a random follower, wipe its data dir and let it re-join
 // with "fencelock serve --join"; transfer leadership to a random follower
-// ("members transfer-leader"); remove the leader itself (the rest must
-// elect a new one), then wipe it and re-join it; kill -9 a random node and
-// restart it on its data dir. Each change runs to completion (the node is
-// back as a voter, a leader is ready) before the next, so the cluster
-// never loses quorum through the nemesis alone. A removal the service
-// refuses because it would break quorum (ErrPreconditionFailed) is an
-// expected refusal, recorded, not a failure.
+// ("members transfer-leader"); kill -9 as many nodes as the cluster can
+// lose and, while they are down, try to remove another one (the service
+// must refuse: the rest would not be a quorum), then restart them; remove
+// the leader itself (the rest must elect a new one), then wipe it and
+// re-join it; kill -9 a random node and restart it on its data dir. Each
+// change runs to completion (the node is back as a voter, a leader is
+// ready) before the next, so the cluster never loses quorum through the
+// nemesis alone. A removal the service refuses because it would break
+// quorum (ErrPreconditionFailed) is an expected refusal, recorded, not a
+// failure.
 func membership(ctx context.Context, e *env) {
 	cfg := client.DefaultConfig(e.cl.endpoints()...)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -43,7 +46,7 @@ func membership(ctx context.Context, e *env) {
 			e.nemesis("membership: no ready leader, skipping a round")
 			continue
 		}
-		switch round % 4 {
+		switch round % 5 {
 		case 0:
 			f := e.follower(l)
 			e.removeAndRejoin(bg, admin, f, "follower")
@@ -60,8 +63,10 @@ func membership(ctx context.Context, e *env) {
 			}
 			e.nemesis(fmt.Sprintf("transfer leadership %s -> %s: new leader %s", e.cl.nodes[l].id, id, got))
 		case 2:
-			e.removeAndRejoin(bg, admin, l, "leader")
+			e.removeWhileDown(bg, admin, l)
 		case 3:
+			e.removeAndRejoin(bg, admin, l, "leader")
+		case 4:
 			i := e.intn(len(e.cl.nodes))
 			nd := e.cl.nodes[i]
 			nd.kill9()
@@ -75,6 +80,51 @@ func membership(ctx context.Context, e *env) {
 			e.nemesis("restarted " + nd.id)
 		}
 	}
+}
+
+// removeWhileDown kills as many nodes as a quorum can spare ((n-1)/2),
+// then asks to remove a live follower: with an odd n the rest would not be
+// a quorum, so the service must refuse; if it does not (an even n), the
+// removal runs to completion like any other. Then it restarts the killed
+// nodes.
+func (e *env) removeWhileDown(ctx context.Context, admin *client.Client, l int) {
+	n := len(e.cl.nodes)
+	target := e.follower(l)
+	var down []*node
+	var ids []string
+	for _, i := range e.perm(n) {
+		if len(down) == (n-1)/2 {
+			break
+		}
+		if i != target {
+			down = append(down, e.cl.nodes[i])
+			ids = append(ids, e.cl.nodes[i].id)
+		}
+	}
+	for _, nd := range down {
+		nd.kill9()
+	}
+	e.faults.Add(1)
+	e.nemesis(fmt.Sprintf("kill -9 %s, then remove %s while they are down", strings.Join(ids, ","), e.cl.nodes[target].id))
+	if _, err := e.cl.waitLeader(ctx, -1, 15*time.Second); err != nil {
+		e.nemesis("no ready leader with " + strings.Join(ids, ",") + " down: " + err.Error())
+	} else {
+		e.removeAndRejoin(ctx, admin, target, "follower")
+	}
+	for _, nd := range down {
+		if err := nd.start(ctx); err != nil {
+			e.nemesis("restart " + nd.id + " failed: " + err.Error())
+			continue
+		}
+		e.nemesis("restarted " + nd.id)
+	}
+}
+
+// perm returns a random permutation of 0..n-1 drawn from the run's seed.
+func (e *env) perm(n int) []int {
+	e.rngMu.Lock()
+	defer e.rngMu.Unlock()
+	return e.rng.Perm(n)
 }
 
 // follower returns a random node other than l.
