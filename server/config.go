@@ -13,9 +13,6 @@ type Config struct {
 	NodeID string
 	// DataDir holds the Raft log, stable store and snapshots.
 	DataDir string
-	// LogStore picks the Raft log store: LogStoreWAL or LogStoreBolt; ""
-	// keeps what the data dir holds, and uses the WAL for a new one.
-	LogStore string
 	// RaftAddr is the Raft transport's listen address (host:port).
 	RaftAddr string
 	// APIAddr is the API address other nodes and clients reach this node

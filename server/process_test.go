@@ -99,13 +99,7 @@ func TestServer_ExpiredLeaseHandsLockOnWithHigherToken(t *testing.T) {
 }
 
 func TestServer_TokensIncreaseAcrossKill9Restarts(t *testing.T) {
-	for _, store := range []string{"wal", "boltdb"} {
-		t.Run(store, func(t *testing.T) { testTokensAcrossKill9(t, store) })
-	}
-}
-
-func testTokensAcrossKill9(t *testing.T, logStore string) {
-	srv := testproc.StartServer(t, "--log-store", logStore)
+	srv := testproc.StartServer(t)
 	ctx := ctxFor(t, 60*time.Second)
 	var highest fencelock.Token
 	for round := 0; round < 3; round++ {

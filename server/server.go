@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
@@ -24,7 +25,7 @@ type Server struct {
 	log     *slog.Logger
 	fsm     *fsm.FSM
 	raft    *raft.Raft
-	store   logStore
+	store   *raftboltdb.BoltStore
 	trans   *raft.NetworkTransport
 	leases  *leaseTable
 	waiters *waiters
@@ -55,7 +56,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		raftLevel = hclog.Info
 	}
 	raftLog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLevel, Output: slogWriter{cfg.Logger}, DisableTime: true})
-	store, err := openLogStore(cfg, raftLog)
+	store, err := openLogStore(cfg)
 	if err != nil {
 		return nil, err
 	}

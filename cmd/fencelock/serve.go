@@ -22,7 +22,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	listen := fs.String("listen", "127.0.0.1:7070", "API address: Connect, gRPC and JSON, plus /metrics, /healthz, /readyz")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./fencelock-data", "directory of the Raft log and snapshots (created if missing)")
 	fs.StringVar(&cfg.RaftAddr, "raft-addr", cfg.RaftAddr, "Raft transport address")
-	fs.StringVar(&cfg.LogStore, "log-store", "", "Raft log store for a new data dir: wal (one fsync per batch) or boltdb (default: what the data dir holds, else wal)")
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id in the Raft group")
 	fs.DurationVar(&cfg.MinTTL, "min-ttl", cfg.MinTTL, "shortest lease TTL a client may ask for")
 	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest lease TTL a client may ask for")

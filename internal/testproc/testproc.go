@@ -120,7 +120,7 @@ func StartServer(tb testing.TB, extra ...string) *Server {
 func (s *Server) Start() {
 	s.tb.Helper()
 	args := append([]string{"serve", "--listen", s.Addr, "--raft-addr", s.RaftAddr,
-		"--data-dir", s.DataDir, "--log-level", "debug", "--log-store", os.Getenv("FENCELOCK_TEST_LOG_STORE")}, s.Args...)
+		"--data-dir", s.DataDir, "--log-level", "debug"}, s.Args...)
 	if s.log == nil {
 		s.log = new(syncBuffer)
 	}
