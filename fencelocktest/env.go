@@ -9,9 +9,9 @@ import (
 // prints them, ready for eval.
 const (
 	// EnvPostgresDSN holds a PostgreSQL connection string, e.g.
-	// postgres://postgres@127.0.0.1:55432/postgres?sslmode=disable.
+	// postgres://postgres@127.0.0.1:15432/postgres?sslmode=disable.
 	EnvPostgresDSN = "FENCELOCK_TEST_POSTGRES_DSN"
-	// EnvRedisAddr holds a Redis address, e.g. 127.0.0.1:56379.
+	// EnvRedisAddr holds a Redis address, e.g. 127.0.0.1:16379.
 	EnvRedisAddr = "FENCELOCK_TEST_REDIS_ADDR"
 	// EnvCI, when non-empty, turns a missing server into a test failure:
 	// in CI every test must run.

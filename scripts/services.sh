@@ -13,9 +13,10 @@
 #   go test -race ./...
 #   bash scripts/services.sh down "$dir"
 #
-# Both servers listen on 127.0.0.1 only, on non-default ports (PostgreSQL from
-# 55432, Redis from 56379; the next free port is taken if one is busy; override
-# the start with FENCELOCK_PG_PORT / FENCELOCK_REDIS_PORT). Missing binaries are
+# Both servers listen on 127.0.0.1 only, on non-default ports below Linux's
+# ephemeral range (PostgreSQL from 15432, Redis from 16379; the next free port is
+# taken if one is busy; override the start with FENCELOCK_PG_PORT /
+# FENCELOCK_REDIS_PORT). Missing binaries are
 # installed with apt-get (Debian's postgresql and redis-server packages), which
 # needs root. As root, PostgreSQL runs as the `postgres` OS user. Progress goes
 # to stderr; stdout carries only the export lines.
@@ -104,15 +105,23 @@ start_postgres() {
 		chown postgres: "$dir/pg"
 		as_pg test -w "$dir/pg" || die "user postgres cannot write $dir/pg; choose a DIR every user can traverse (e.g. under /tmp)"
 	fi
-	port=$(free_port "${FENCELOCK_PG_PORT:-55432}")
 	log "initializing PostgreSQL ($bindir) in $dir/pg/data"
 	as_pg "$bindir/initdb" -D "$dir/pg/data" -U postgres --auth=trust -E UTF8 --no-locale >"$dir/pg/initdb.log" 2>&1 ||
 		die "initdb failed, see $dir/pg/initdb.log"
-	log "starting PostgreSQL on 127.0.0.1:$port"
-	printf 'PG_BINDIR=%q\nPG_PORT=%q\n' "$bindir" "$port" >>"$dir/services.env" # before start: down must find it
-	as_pg "$bindir/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/postgres.log" -w -t 60 start \
-		-o "-p $port -c listen_addresses=127.0.0.1 -k $dir/pg -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >/dev/null 3>&- ||
-		die "PostgreSQL did not start, see $dir/pg/postgres.log"
+	local attempt next=${FENCELOCK_PG_PORT:-15432}
+	for attempt in 1 2 3; do
+		port=$(free_port "$next")
+		log "starting PostgreSQL on 127.0.0.1:$port"
+		printf 'PG_BINDIR=%q\nPG_PORT=%q\n' "$bindir" "$port" >>"$dir/services.env" # before start: down must find it
+		if as_pg "$bindir/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/postgres.log" -w -t 60 start \
+			-o "-p $port -c listen_addresses=127.0.0.1 -k $dir/pg -c fsync=off -c synchronous_commit=off -c full_page_writes=off" >/dev/null 3>&-; then
+			break
+		fi
+		log "PostgreSQL did not start (attempt $attempt); its log ends with:"
+		tail -n 15 "$dir/pg/postgres.log" >&2 || true
+		[ "$attempt" -lt 3 ] || die "PostgreSQL did not start, see above"
+		next=$((port + 1))
+	done
 	local i
 	for i in $(seq 1 100); do
 		as_pg "$bindir/pg_isready" -q -h 127.0.0.1 -p "$port" && return 0
@@ -123,7 +132,7 @@ start_postgres() {
 
 start_redis() {
 	local dir=$1 port
-	port=$(free_port "${FENCELOCK_REDIS_PORT:-56379}")
+	port=$(free_port "${FENCELOCK_REDIS_PORT:-16379}")
 	log "starting Redis on 127.0.0.1:$port"
 	redis-server --bind 127.0.0.1 --port "$port" --dir "$dir/redis" --daemonize yes \
 		--pidfile "$dir/redis/redis.pid" --logfile "$dir/redis/redis.log" \

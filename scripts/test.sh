@@ -16,7 +16,9 @@ command -v go >/dev/null || { echo "test.sh: go is not installed (need Go 1.26+)
 svcdir="$(mktemp -d -t fencelock-services-XXXXXX)"
 cleanup() { bash scripts/services.sh down "$svcdir" || true; rm -rf "$svcdir"; }
 trap cleanup EXIT
-eval "$(bash scripts/services.sh up "$svcdir")"
+# Assigned first, so that a failed start stops this script (set -e).
+services_env="$(bash scripts/services.sh up "$svcdir")"
+eval "$services_env"
 
 echo "== go vet" >&2
 go vet ./...
