@@ -51,12 +51,22 @@ func Binary(tb testing.TB) string {
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment
-// ago. Ports come from below Linux's ephemeral range (32768+), so outgoing
-// connections of other tests cannot take them before the process binds.
+// ago and that no other test process on this machine has been handed in the
+// last 15 minutes (a reservation file per port under the temp dir: test
+// binaries of several packages run at once, and a node binds its port only
+// when it starts). Ports come from below Linux's ephemeral range (32768+),
+// so outgoing connections cannot take them either.
 func FreeAddr(tb testing.TB) string {
 	tb.Helper()
+	dir := filepath.Join(os.TempDir(), "fencelock-test-ports")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatalf("port reservations: %v", err)
+	}
 	for i := 0; i < 1000; i++ {
 		port := 20000 + rand.IntN(12000)
+		if !reservePort(dir, port) {
+			continue
+		}
 		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue
@@ -67,6 +77,26 @@ func FreeAddr(tb testing.TB) string {
 	}
 	tb.Fatal("no free port found in 20000-32000")
 	return ""
+}
+
+// reservePort claims port for this process unless another claimed it
+// recently.
+func reservePort(dir string, port int) bool {
+	path := filepath.Join(dir, strconv.Itoa(port))
+	for {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err == nil {
+			f.Close()
+			return true
+		}
+		fi, serr := os.Stat(path)
+		if serr != nil || time.Since(fi.ModTime()) < 15*time.Minute {
+			return false
+		}
+		if os.Remove(path) != nil { // a stale claim: take it over
+			return false
+		}
+	}
 }
 
 // Server is a running "fencelock serve" process.
