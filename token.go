@@ -43,18 +43,23 @@ type LockName string
 
 // Validate reports whether the name is acceptable; the error wraps
 // ErrInvalidName.
-func (n LockName) Validate() error {
+func (n LockName) Validate() error { return ValidateText("lock name", string(n), MaxNameLen) }
+
+// ValidateText checks a name-like string (a lock name, a fence domain, an
+// object key): non-empty, at most maxLen bytes, valid UTF-8, without control
+// characters. what names it in the error, which wraps ErrInvalidName.
+func ValidateText(what, s string, maxLen int) error {
 	switch {
-	case n == "":
-		return fmt.Errorf("lock name is empty: %w", ErrInvalidName)
-	case len(n) > MaxNameLen:
-		return fmt.Errorf("lock name is %d bytes, the limit is %d: %w", len(n), MaxNameLen, ErrInvalidName)
-	case !utf8.ValidString(string(n)):
-		return fmt.Errorf("lock name is not valid UTF-8: %w", ErrInvalidName)
+	case s == "":
+		return fmt.Errorf("%s is empty: %w", what, ErrInvalidName)
+	case len(s) > maxLen:
+		return fmt.Errorf("%s is %d bytes, the limit is %d: %w", what, len(s), maxLen, ErrInvalidName)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%s is not valid UTF-8: %w", what, ErrInvalidName)
 	}
-	for _, r := range n {
+	for _, r := range s {
 		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("lock name contains control character %U: %w", r, ErrInvalidName)
+			return fmt.Errorf("%s contains control character %U: %w", what, r, ErrInvalidName)
 		}
 	}
 	return nil

@@ -2,7 +2,6 @@ package fence
 
 import (
 	"fmt"
-	"unicode/utf8"
 
 	"github.com/fencelock/fencelock"
 )
@@ -31,18 +30,5 @@ func Admit(domain string, highest, token fencelock.Token) error {
 // at most MaxDomainLen bytes, valid UTF-8, without control characters. The
 // error wraps fencelock.ErrInvalidName.
 func ValidateDomain(domain string) error {
-	switch {
-	case domain == "":
-		return fmt.Errorf("fence domain is empty: %w", fencelock.ErrInvalidName)
-	case len(domain) > MaxDomainLen:
-		return fmt.Errorf("fence domain is %d bytes, the limit is %d: %w", len(domain), MaxDomainLen, fencelock.ErrInvalidName)
-	case !utf8.ValidString(domain):
-		return fmt.Errorf("fence domain is not valid UTF-8: %w", fencelock.ErrInvalidName)
-	}
-	for _, r := range domain {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("fence domain contains control character %U: %w", r, fencelock.ErrInvalidName)
-		}
-	}
-	return nil
+	return fencelock.ValidateText("fence domain", domain, MaxDomainLen)
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/fencelock/fencelock"
 )
@@ -16,18 +15,8 @@ const MaxKeyLen = 1024
 // included), whose "/"-separated segments are neither empty nor "." or "..".
 // The error wraps fencelock.ErrInvalidName.
 func ValidateKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("object key is empty: %w", fencelock.ErrInvalidName)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("object key is %d bytes, the limit is %d: %w", len(key), MaxKeyLen, fencelock.ErrInvalidName)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("object key is not valid UTF-8: %w", fencelock.ErrInvalidName)
-	}
-	for _, r := range key {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("object key contains control character %U: %w", r, fencelock.ErrInvalidName)
-		}
+	if err := fencelock.ValidateText("object key", key, MaxKeyLen); err != nil {
+		return err
 	}
 	for seg := range strings.SplitSeq(key, "/") {
 		switch seg {

@@ -4,14 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,41 +17,11 @@ import (
 	"github.com/fencelock/fencelock/verify"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// binary builds cmd/fencelock once per test binary (without -race: the
-// harness under test is this package, the processes are the product).
-func binary(tb testing.TB) string {
-	tb.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fencelock-verify-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "fencelock")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/fencelock/fencelock/cmd/fencelock")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("go build cmd/fencelock: %v\n%s", err, out.String())
-		}
-	})
-	if buildErr != nil {
-		tb.Fatal(buildErr)
-	}
-	return binPath
-}
-
 // TestScenarios runs the short mode of scenarios 1-6 and the negative
 // control, one at a time (about 15 s each). FENCELOCK_VERIFY_SEED fixes the
 // seed; FENCELOCK_VERIFY_OUT keeps the histories in that directory.
 func TestScenarios(t *testing.T) {
-	bin := binary(t)
+	bin := testproc.Binary(t)
 	seed := uint64(time.Now().UnixNano() % 1e9)
 	if s := os.Getenv("FENCELOCK_VERIFY_SEED"); s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
@@ -113,7 +81,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // scenarios that need to kill servers or a store with fencing off are
 // skipped with a note.
 func TestOwnCluster(t *testing.T) {
-	bin := binary(t)
+	bin := testproc.Binary(t)
 	c := testproc.StartCluster(t, 3)
 	storeURL := startStore(t, bin)
 	cfg := verify.DefaultConfig()
