@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -28,6 +31,33 @@ func clusterClient(tb testing.TB, endpoints []string, retry time.Duration) *clie
 	}
 	tb.Cleanup(func() { c.Close() })
 	return c
+}
+
+// snapshotRestores reads fencelock_snapshot_restores_total{source} from the
+// node's /metrics.
+func snapshotRestores(tb testing.TB, addr, source string) float64 {
+	tb.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		tb.Fatalf("scrape %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatalf("scrape %s: %v", addr, err)
+	}
+	series := `fencelock_snapshot_restores_total{source="` + source + `"} `
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				tb.Fatalf("scrape %s: %q: %v", addr, line, err)
+			}
+			return f
+		}
+	}
+	tb.Fatalf("scrape %s: no series %s", addr, strings.TrimSpace(series))
+	return 0
 }
 
 // churn acquires and releases name n times and returns the highest token.
@@ -182,6 +212,13 @@ func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
 		fs, err2 := c.Status(ctx, cl.Nodes[lag].Addr)
 		return err1 == nil && err2 == nil && fs.AppliedIndex >= ls.CommitIndex && fs.LastSnapshotIndex > lagApplied
 	})
+	// The node says so: a log line and a counter, by source.
+	if got := snapshotRestores(t, cl.Nodes[lag].Addr, "leader"); got < 1 {
+		t.Errorf("lagging node: fencelock_snapshot_restores_total{source=\"leader\"} = %v after InstallSnapshot, want at least 1", got)
+	}
+	if !strings.Contains(cl.Nodes[lag].Log(), "installed snapshot from leader") {
+		t.Errorf("lagging node: no \"installed snapshot from leader\" line in its log")
+	}
 
 	// Every node restarts from its own disk.
 	held, err := c.TryAcquire(ctx, "kept", client.WithTTL(30*time.Second))
@@ -196,6 +233,13 @@ func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
 		s.Start()
 	}
 	cl.WaitLeader(-1)
+	for i, s := range cl.Nodes {
+		// Each has a snapshot of its own by now (the lagging one keeps the
+		// installed one): a restart restores it, and says it was local.
+		if got := snapshotRestores(t, s.Addr, "local"); got < 1 {
+			t.Errorf("%s after a restart: fencelock_snapshot_restores_total{source=\"local\"} = %v, want at least 1", testproc.NodeID(i), got)
+		}
+	}
 	if next := churn(t, ctx, c, "s", 2); next <= highest {
 		t.Errorf("token after restarting every node %d is not above %d", next, highest)
 	}

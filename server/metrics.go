@@ -5,6 +5,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
+// The sources of a snapshot restore (the label of fencelock_snapshot_restores_total).
+const (
+	restoreLocal  = "local"  // the node's own latest snapshot, while it starts
+	restoreLeader = "leader" // a snapshot the leader sent with InstallSnapshot
+)
+
 type metrics struct {
 	reg          *prometheus.Registry
 	grants       prometheus.Counter
@@ -13,6 +19,9 @@ type metrics struct {
 	releases     prometheus.Counter
 	rejected     *prometheus.CounterVec
 	applySeconds prometheus.Histogram
+	// restores counts snapshots restored into the FSM, by source: "local"
+	// (this node's own snapshot, at start) or "leader" (InstallSnapshot).
+	restores *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -32,8 +41,15 @@ func newMetrics() *metrics {
 		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "fencelock_raft_apply_seconds", Help: "Time from proposal to applied result.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencelock_snapshot_restores_total",
+			Help: `Snapshots restored into the state machine since this process started, by source: "local" (its own snapshot, at start) or "leader" (installed from the leader because this node was behind the leader's trailing logs).`},
+			[]string{"source"}),
 	}
-	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds,
+	// Both series exist from the start, so a scrape before any restore reads 0.
+	m.restores.WithLabelValues(restoreLocal)
+	m.restores.WithLabelValues(restoreLeader)
+	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -30,6 +31,11 @@ type Server struct {
 	leases  *leaseTable
 	waiters *waiters
 	metrics *metrics
+	// raftStarted is set once raft.NewRaft has returned. hashicorp/raft
+	// restores the FSM from the node's own latest snapshot inside NewRaft,
+	// and afterwards only when the leader installs a snapshot, so a restore
+	// before this is set is a local one and one after it an installed one.
+	raftStarted atomic.Bool
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -125,6 +131,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 	s.raft = r
+	s.raftStarted.Store(true)
 	s.wg.Add(1)
 	go s.watchLeadership(notify)
 	if cfg.APIAddr != "" {
@@ -287,10 +294,18 @@ func (o *observer) Granted(name fencelock.LockName, h fsm.Holder) {
 	s.waiters.deliver(name, h)
 }
 
-// Restored hands grants that arrived inside an installed snapshot to the
-// Acquire calls waiting for them here.
+// Restored records where a restored snapshot came from (a log line and
+// fencelock_snapshot_restores_total) and hands grants that arrived inside an
+// installed snapshot to the Acquire calls waiting for them here.
 func (o *observer) Restored() {
 	s := (*Server)(o)
+	if s.raftStarted.Load() {
+		s.metrics.restores.WithLabelValues(restoreLeader).Inc()
+		s.log.Info("installed snapshot from leader", "index", s.fsm.AppliedIndex())
+	} else {
+		s.metrics.restores.WithLabelValues(restoreLocal).Inc()
+		s.log.Info("restored local snapshot", "index", s.fsm.AppliedIndex())
+	}
 	for name, h := range s.fsm.Holders() {
 		s.waiters.deliver(name, h)
 	}
