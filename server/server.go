@@ -14,7 +14,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
@@ -26,7 +25,7 @@ type Server struct {
 	log     *slog.Logger
 	fsm     *fsm.FSM
 	raft    *raft.Raft
-	store   *raftboltdb.BoltStore
+	store   *raftStore
 	trans   *raft.NetworkTransport
 	leases  *leaseTable
 	waiters *waiters

@@ -1,0 +1,506 @@
+package raftlog
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"golang.org/x/sys/unix"
+)
+
+// ErrFailed is returned by every write after a write or sync failed.
+var ErrFailed = errors.New("raftlog: an earlier write failed; restart to recover")
+
+// ErrCorrupt is returned by Open when a segment that is not the last one
+// holds a record that does not check out.
+var ErrCorrupt = errors.New("raftlog: corrupt segment")
+
+// DefaultSegmentSize is the size after which writes go to a new segment.
+const DefaultSegmentSize = 64 << 20
+
+const segmentExt = ".seg"
+
+// Options tunes a Store; the zero value is valid.
+type Options struct {
+	// SegmentSize: a new segment file is started once the current one holds
+	// this many bytes. Segments are preallocated to this size. Default
+	// DefaultSegmentSize.
+	SegmentSize int64
+}
+
+// Store is a raft.LogStore in a directory of segment files.
+type Store struct {
+	dir     string
+	segSize int64
+
+	wmu sync.Mutex // serialises StoreLogs and DeleteRange
+
+	mu     sync.RWMutex // guards everything below
+	segs   []*segment   // by base index; the last one takes the writes
+	first  uint64       // 0 when empty
+	last   uint64
+	failed error
+	closed bool
+}
+
+var _ raft.LogStore = (*Store)(nil)
+
+// segment is one file: the entries base, base+1, ... at offs.
+type segment struct {
+	base uint64
+	f    *os.File
+	offs []int64 // offs[i]: where entry base+i starts
+	end  int64   // just past the last entry
+}
+
+func (g *segment) lastIndex() uint64 { return g.base + uint64(len(g.offs)) - 1 }
+func (g *segment) empty() bool       { return len(g.offs) == 0 }
+
+func segmentName(base uint64) string { return fmt.Sprintf("%020d%s", base, segmentExt) }
+
+// Open opens (creating if needed) the log in dir. It reads every segment,
+// cuts an unfinished write off the last one and preallocates it again.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("raftlog: create %s: %w", dir, err)
+	}
+	s := &Store{dir: dir, segSize: opts.SegmentSize}
+	names, err := filepath.Glob(filepath.Join(dir, "*"+segmentExt))
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: list %s: %w", dir, err)
+	}
+	var bases []uint64
+	for _, n := range names {
+		b, err := strconv.ParseUint(strings.TrimSuffix(filepath.Base(n), segmentExt), 10, 64)
+		if err != nil || b == 0 {
+			return nil, fmt.Errorf("%w: unexpected file %s", ErrCorrupt, n)
+		}
+		bases = append(bases, b)
+	}
+	slices.Sort(bases)
+	for i, b := range bases {
+		g, err := s.load(b, i == len(bases)-1)
+		if err != nil {
+			s.closeFiles()
+			return nil, err
+		}
+		if n := len(s.segs); n > 0 && !s.segs[n-1].empty() && g.base <= s.segs[n-1].lastIndex() {
+			g.f.Close()
+			s.closeFiles()
+			return nil, fmt.Errorf("%w: segment %d overlaps the one before, which ends at %d", ErrCorrupt, g.base, s.segs[n-1].lastIndex())
+		}
+		s.segs = append(s.segs, g)
+	}
+	// Only the last segment may be empty (a crash right after creating it).
+	s.segs = slices.DeleteFunc(s.segs, func(g *segment) bool {
+		if g.empty() && g != s.segs[len(s.segs)-1] {
+			g.f.Close()
+			os.Remove(g.f.Name())
+			return true
+		}
+		return false
+	})
+	s.resetBounds()
+	return s, nil
+}
+
+// load reads segment base. For the last segment it cuts the file after the
+// last good record and preallocates it again; for any other, a bad record
+// that is not the zero fill is corruption.
+func (s *Store) load(base uint64, tail bool) (*segment, error) {
+	path := filepath.Join(s.dir, segmentName(base))
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: open %s: %w", path, err)
+	}
+	g := &segment{base: base, f: f}
+	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, 1<<62), 1<<20)
+	hdr := make([]byte, headerSize)
+	var rec []byte
+	var l raft.Log
+	clean := true
+	for {
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			break // end of file
+		}
+		index := base + uint64(len(g.offs))
+		size, err := recordLen(hdr, index)
+		if err != nil {
+			clean = allZero(hdr)
+			break
+		}
+		rec = append(rec[:0], hdr...)
+		rec = slices.Grow(rec, size-headerSize)[:size]
+		if _, err := io.ReadFull(r, rec[headerSize:]); err != nil {
+			clean = false
+			break
+		}
+		if decodeRecord(rec, index, &l) != nil {
+			clean = false
+			break
+		}
+		g.offs = append(g.offs, g.end)
+		g.end += int64(size)
+	}
+	if !tail {
+		if !clean {
+			f.Close()
+			return nil, fmt.Errorf("%w: %s: bad record at offset %d (entry %d)", ErrCorrupt, path, g.end, base+uint64(len(g.offs)))
+		}
+		return g, nil
+	}
+	if err := f.Truncate(g.end); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("raftlog: cut unfinished write off %s: %w", path, err)
+	}
+	if err := s.prealloc(f, g.end); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// prealloc fills the file with zeros up to the segment size (so that
+// writes do not grow the file) and syncs it.
+func (s *Store) prealloc(f *os.File, from int64) error {
+	if from < s.segSize {
+		err := unix.Fallocate(int(f.Fd()), 0, from, s.segSize-from)
+		if err != nil && !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+			return fmt.Errorf("raftlog: preallocate %s: %w", f.Name(), err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("raftlog: sync %s: %w", f.Name(), err)
+	}
+	return nil
+}
+
+// resetBounds recomputes first and last from the segments. Caller holds mu
+// or has the store to itself.
+func (s *Store) resetBounds() {
+	s.first, s.last = 0, 0
+	for _, g := range s.segs {
+		if g.empty() {
+			continue
+		}
+		if s.first == 0 {
+			s.first = g.base
+		}
+		s.last = g.lastIndex()
+	}
+}
+
+// FirstIndex returns the first index written, 0 for none.
+func (s *Store) FirstIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.first, nil
+}
+
+// LastIndex returns the last index written, 0 for none.
+func (s *Store) LastIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.last, nil
+}
+
+// GetLog reads entry index into l. It returns raft.ErrLogNotFound for an
+// index that is not in the log.
+func (s *Store) GetLog(index uint64, l *raft.Log) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return raft.ErrLogNotFound
+	}
+	if index < s.first || index > s.last || s.first == 0 {
+		return raft.ErrLogNotFound
+	}
+	i := sort.Search(len(s.segs), func(i int) bool { return s.segs[i].base > index }) - 1
+	if i < 0 {
+		return raft.ErrLogNotFound
+	}
+	g := s.segs[i]
+	if g.empty() || index > g.lastIndex() {
+		return raft.ErrLogNotFound // in a gap
+	}
+	k := index - g.base
+	end := g.end
+	if k+1 < uint64(len(g.offs)) {
+		end = g.offs[k+1]
+	}
+	rec := make([]byte, end-g.offs[k])
+	if _, err := g.f.ReadAt(rec, g.offs[k]); err != nil {
+		return fmt.Errorf("raftlog: read entry %d: %w", index, err)
+	}
+	if err := decodeRecord(rec, index, l); err != nil {
+		return fmt.Errorf("raftlog: read entry %d from %s: %w", index, g.f.Name(), ErrCorrupt)
+	}
+	return nil
+}
+
+// StoreLog stores one entry.
+func (s *Store) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs appends logs, whose indexes must be consecutive and above the
+// last index, and syncs once. When it returns nil they are durable.
+func (s *Store) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	for i, l := range logs[1:] {
+		if l.Index != logs[i].Index+1 {
+			return fmt.Errorf("raftlog: entries %d and %d are not consecutive", logs[i].Index, l.Index)
+		}
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.RLock()
+	err, last, closed := s.failed, s.last, s.closed
+	var g *segment
+	if n := len(s.segs); n > 0 {
+		g = s.segs[n-1]
+	}
+	s.mu.RUnlock()
+	switch {
+	case closed:
+		return errors.New("raftlog: store is closed")
+	case err != nil:
+		return err
+	case last != 0 && logs[0].Index <= last:
+		return fmt.Errorf("raftlog: entry %d is not after the last entry %d", logs[0].Index, last)
+	}
+	if g == nil || (!g.empty() && logs[0].Index != g.lastIndex()+1) || (g.empty() && g.base != logs[0].Index) || g.end >= s.segSize {
+		// No segment yet, a gap, or the segment is full: start a new one.
+		if g, err = s.newSegment(logs[0].Index); err != nil {
+			return s.fail(err)
+		}
+	}
+	buf := make([]byte, 0, 64*len(logs))
+	offs := make([]int64, len(logs))
+	for i, l := range logs {
+		offs[i] = g.end + int64(len(buf))
+		if buf, err = appendRecord(buf, l); err != nil {
+			return err
+		}
+	}
+	if _, err := g.f.WriteAt(buf, g.end); err != nil {
+		return s.fail(fmt.Errorf("raftlog: write %s: %w", g.f.Name(), err))
+	}
+	if err := unix.Fdatasync(int(g.f.Fd())); err != nil {
+		return s.fail(fmt.Errorf("raftlog: sync %s: %w", g.f.Name(), err))
+	}
+	s.mu.Lock()
+	g.offs = append(g.offs, offs...)
+	g.end += int64(len(buf))
+	if s.first == 0 {
+		s.first = logs[0].Index
+	}
+	s.last = logs[len(logs)-1].Index
+	s.mu.Unlock()
+	return nil
+}
+
+// newSegment creates the file for entries from base on, syncs its
+// directory entry and makes it the last segment. An empty last segment is
+// replaced.
+func (s *Store) newSegment(base uint64) (*segment, error) {
+	path := filepath.Join(s.dir, segmentName(base))
+	s.mu.Lock()
+	if n := len(s.segs); n > 0 && s.segs[n-1].empty() {
+		old := s.segs[n-1]
+		s.segs = s.segs[:n-1]
+		old.f.Close()
+		if err := os.Remove(old.f.Name()); err != nil {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("raftlog: remove empty segment: %w", err)
+		}
+	}
+	s.mu.Unlock()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: create segment: %w", err)
+	}
+	if err := s.prealloc(f, 0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := syncDir(s.dir); err != nil {
+		f.Close()
+		return nil, err
+	}
+	g := &segment{base: base, f: f}
+	s.mu.Lock()
+	s.segs = append(s.segs, g)
+	s.mu.Unlock()
+	return g, nil
+}
+
+// DeleteRange deletes entries min through max. Raft deletes either a prefix
+// (compaction), a suffix (a conflict with the leader) or everything; a
+// range strictly inside the log is refused.
+func (s *Store) DeleteRange(min, max uint64) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("raftlog: store is closed")
+	}
+	if s.failed != nil {
+		return s.failed
+	}
+	if s.first == 0 || max < s.first || min > s.last || min > max {
+		return nil
+	}
+	switch {
+	case min <= s.first && max >= s.last:
+		return s.deleteAll()
+	case min <= s.first:
+		return s.deletePrefix(max)
+	case max >= s.last:
+		return s.deleteSuffix(min)
+	default:
+		return fmt.Errorf("raftlog: cannot delete entries %d-%d from the middle of %d-%d", min, max, s.first, s.last)
+	}
+}
+
+// deleteAll removes every segment, newest first, so that a crash part way
+// leaves a prefix of the log, still contiguous.
+func (s *Store) deleteAll() error {
+	for len(s.segs) > 0 {
+		g := s.segs[len(s.segs)-1]
+		g.f.Close()
+		if err := os.Remove(g.f.Name()); err != nil {
+			return s.failLocked(fmt.Errorf("raftlog: remove segment: %w", err))
+		}
+		s.segs = s.segs[:len(s.segs)-1]
+	}
+	s.first, s.last = 0, 0
+	if err := syncDir(s.dir); err != nil {
+		return s.failLocked(err)
+	}
+	return nil
+}
+
+// deletePrefix hides entries up to max and removes the segments that hold
+// nothing else. The last segment always stays.
+func (s *Store) deletePrefix(max uint64) error {
+	for len(s.segs) > 1 && (s.segs[0].empty() || s.segs[0].lastIndex() <= max) {
+		g := s.segs[0]
+		g.f.Close()
+		if err := os.Remove(g.f.Name()); err != nil {
+			return s.failLocked(fmt.Errorf("raftlog: remove segment: %w", err))
+		}
+		s.segs = s.segs[1:]
+	}
+	s.first = max + 1
+	if g := s.segs[0]; s.first < g.base {
+		s.first = g.base // max+1 fell into a gap
+	}
+	return nil
+}
+
+// deleteSuffix removes entries from min on: later segments go, the segment
+// holding min is cut at min and synced.
+func (s *Store) deleteSuffix(min uint64) error {
+	for len(s.segs) > 0 {
+		g := s.segs[len(s.segs)-1]
+		if g.base < min {
+			break
+		}
+		g.f.Close()
+		if err := os.Remove(g.f.Name()); err != nil {
+			return s.failLocked(fmt.Errorf("raftlog: remove segment: %w", err))
+		}
+		s.segs = s.segs[:len(s.segs)-1]
+	}
+	if err := syncDir(s.dir); err != nil {
+		return s.failLocked(err)
+	}
+	if n := len(s.segs); n > 0 {
+		g := s.segs[n-1]
+		if !g.empty() && min <= g.lastIndex() {
+			k := min - g.base
+			at := g.offs[k]
+			if err := g.f.Truncate(at); err != nil {
+				return s.failLocked(fmt.Errorf("raftlog: cut %s: %w", g.f.Name(), err))
+			}
+			if err := s.prealloc(g.f, at); err != nil {
+				return s.failLocked(err)
+			}
+			g.offs = g.offs[:k]
+			g.end = at
+		}
+	}
+	first := s.first // entries below it were deleted before
+	s.resetBounds()
+	s.first = max(s.first, first)
+	return nil
+}
+
+func (s *Store) fail(err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failLocked(err)
+}
+
+func (s *Store) failLocked(err error) error {
+	if s.failed == nil {
+		s.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	return err
+}
+
+// Close closes the segment files. Later calls fail.
+func (s *Store) Close() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.closeFiles()
+}
+
+func (s *Store) closeFiles() error {
+	var err error
+	for _, g := range s.segs {
+		err = errors.Join(err, g.f.Close())
+	}
+	return err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("raftlog: open dir: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("raftlog: sync dir %s: %w", dir, err)
+	}
+	return nil
+}

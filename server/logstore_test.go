@@ -1,0 +1,53 @@
+package server
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// TestOpenLogStore_MovesBoltLog: a data dir whose log is still in raft.db
+// (written before the log moved to internal/raftlog) keeps its entries.
+func TestOpenLogStore_MovesBoltLog(t *testing.T) {
+	dir := t.TempDir()
+	old, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs []*raft.Log
+	for i := uint64(3); i <= 7; i++ {
+		logs = append(logs, &raft.Log{Index: i, Term: 2, Type: raft.LogCommand, Data: []byte{byte(i)}})
+	}
+	if err := old.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.SetUint64([]byte("CurrentTerm"), 2); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+
+	for round := 0; round < 2; round++ { // the second open finds nothing left to move
+		s, err := openLogStore(Config{DataDir: dir})
+		if err != nil {
+			t.Fatalf("openLogStore = %v", err)
+		}
+		first, _ := s.FirstIndex()
+		last, _ := s.LastIndex()
+		if first != 3 || last != 7 {
+			t.Fatalf("round %d: log spans %d..%d, want 3..7", round, first, last)
+		}
+		var e raft.Log
+		if err := s.GetLog(5, &e); err != nil || e.Term != 2 || e.Data[0] != 5 {
+			t.Fatalf("round %d: entry 5 = %+v, %v; want term 2, data [5]", round, e, err)
+		}
+		if term, err := s.GetUint64([]byte("CurrentTerm")); err != nil || term != 2 {
+			t.Fatalf("round %d: current term = %d, %v; want 2", round, term, err)
+		}
+		if n, _ := s.stable.LastIndex(); n != 0 {
+			t.Fatalf("round %d: raft.db still holds entries up to %d", round, n)
+		}
+		s.Close()
+	}
+}
