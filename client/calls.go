@@ -20,13 +20,12 @@ import (
 // fencelock.ErrLeaseExpired, fencelock.ErrUnavailable.
 func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) (time.Duration, error) {
 	var ttl time.Duration
-	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
-		resp, err := rpc.Renew(ctx, connect.NewRequest(&fencelockv1.RenewRequest{
-			Name: name, LeaseId: string(id), Token: uint64(token)}))
+	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.renew(ctx, &fencelockv1.RenewRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
 		if err != nil {
 			return err
 		}
-		ttl = resp.Msg.Ttl.AsDuration()
+		ttl = resp.Ttl.AsDuration()
 		return nil
 	})
 	if err != nil {
@@ -39,9 +38,8 @@ func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, t
 // it. Errors: fencelock.ErrNotHolder if that grant is not current.
 func (c *Client) Release(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) error {
 	unknown := false // an earlier attempt may have released it without our hearing
-	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
-		_, err := rpc.Release(ctx, connect.NewRequest(&fencelockv1.ReleaseRequest{
-			Name: name, LeaseId: string(id), Token: uint64(token)}))
+	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		err := ep.release(ctx, &fencelockv1.ReleaseRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
 		if err != nil && (ctx.Err() != nil || errors.Is(wire.FromConnect(err), fencelock.ErrUnavailable)) {
 			unknown = true
 		}

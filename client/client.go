@@ -43,6 +43,12 @@ type Config struct {
 	AttemptTimeout time.Duration
 	// Logger receives the client's logs (lease lost, retries).
 	Logger *slog.Logger
+	// NoBatch sends every call as its own request. By default, Acquire,
+	// Renew and Release calls made concurrently through one Client travel
+	// together in Batch requests (see Batch in the API), which multiplies
+	// throughput when many goroutines lock at once and costs a lone caller
+	// nothing.
+	NoBatch bool
 }
 
 // DefaultConfig returns a configuration for the given endpoints.
@@ -123,7 +129,7 @@ func NewFromConfig(cfg Config) (*Client, error) {
 		if !strings.Contains(u, "://") {
 			u = "http://" + u
 		}
-		eps = append(eps, newEndpoint(hc, u))
+		eps = append(eps, c.newEndpoint(u))
 	}
 	c.eps.Store(&eps)
 	return c, nil
@@ -216,12 +222,17 @@ type endpoint struct {
 	host    string // host:port
 	lock    fencelockv1connect.LockServiceClient
 	cluster fencelockv1connect.ClusterServiceClient
+	batch   *batcher // nil with Config.NoBatch
 }
 
-func newEndpoint(hc *http.Client, u string) *endpoint {
-	return &endpoint{host: u[strings.Index(u, "://")+3:],
-		lock:    fencelockv1connect.NewLockServiceClient(hc, u),
-		cluster: fencelockv1connect.NewClusterServiceClient(hc, u)}
+func (c *Client) newEndpoint(u string) *endpoint {
+	ep := &endpoint{host: u[strings.Index(u, "://")+3:],
+		lock:    fencelockv1connect.NewLockServiceClient(c.hc, u),
+		cluster: fencelockv1connect.NewClusterServiceClient(c.hc, u)}
+	if !c.cfg.NoBatch {
+		ep.batch = &batcher{rpc: ep.lock.Batch, timeout: c.cfg.AttemptTimeout}
+	}
+	return ep
 }
 
 // endpointOf returns the index of the endpoint at host:port addr, adding it
@@ -235,7 +246,7 @@ func (c *Client) endpointOf(addr string) int {
 			return i
 		}
 	}
-	grown := append(append([]*endpoint(nil), eps...), newEndpoint(c.hc, "http://"+addr))
+	grown := append(append([]*endpoint(nil), eps...), c.newEndpoint("http://"+addr))
 	c.eps.Store(&grown)
 	return len(grown) - 1
 }

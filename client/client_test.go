@@ -3,10 +3,14 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,4 +232,67 @@ func TestAcquire_SameRequestIDOnTwoLocksGetsTheRightGrant(t *testing.T) {
 	if err != nil || li.Token != ry.l.Token() {
 		t.Errorf("y is held with token %d (%v), but its waiter was told %d", li.Token, err, ry.l.Token())
 	}
+}
+
+// TestClient_ConcurrentCallsShareBatches: many goroutines locking their own
+// locks through one Client get distinct grants, and their calls reach the
+// service in shared Batch requests.
+func TestClient_ConcurrentCallsShareBatches(t *testing.T) {
+	addr := startServer(t)
+	c := quietClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const workers, rounds = 32, 10
+	tokens := make(chan fencelock.Token, workers*rounds)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				l, err := c.Acquire(ctx, fmt.Sprintf("own-%d", w))
+				if err != nil {
+					errs <- err
+					return
+				}
+				tokens <- l.Token()
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	close(tokens)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	seen := map[fencelock.Token]bool{}
+	for tok := range tokens {
+		if seen[tok] {
+			t.Fatalf("token %d granted twice", tok)
+		}
+		seen[tok] = true
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var sum, count float64
+	for _, line := range strings.Split(string(body), "\n") {
+		fmt.Sscanf(line, "fencelock_batch_items_sum %g", &sum)
+		fmt.Sscanf(line, "fencelock_batch_items_count %g", &count)
+	}
+	if count == 0 || sum < 2*workers*rounds {
+		t.Fatalf("batches: %v carrying %v calls; want all %d calls batched", count, sum, 2*workers*rounds)
+	}
+	if sum <= count {
+		t.Fatalf("%v batches carried %v calls: no two concurrent calls shared a batch", count, sum)
+	}
+	t.Logf("%d calls in %v batches", 2*workers*rounds, count)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
 
 // waitChunk bounds one queued Acquire call when the caller's context has no
@@ -62,12 +63,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		start := first
 		var g *fencelockv1.Grant
 		err := c.callAt(ctx, wait, func(ctx context.Context, ep *endpoint) error {
-			resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
-			if err != nil {
-				return err
-			}
-			g = resp.Msg.Grant
-			return nil
+			var err error
+			g, err = ep.acquire(ctx, req)
+			return err
 		})
 		if err == nil {
 			if g == nil || g.Token == 0 {
@@ -88,6 +86,12 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		}
 		if !o.waitSet && errors.Is(err, fencelock.ErrLockHeld) && ctx.Err() == nil {
 			continue // the chunk ran out; queue again
+		}
+		if ctx.Err() != nil && wait > 0 {
+			// The caller gave up, maybe while this request waited in the
+			// queue: make sure it leaves the queue and that a grant made
+			// meanwhile ends, instead of sitting unused until its TTL.
+			go c.cancelWait(name, o.requestID)
 		}
 		return nil, fmt.Errorf("acquire %q: %w", name, err)
 	}
@@ -269,4 +273,19 @@ func Do(ctx context.Context, c *Client, name string, fn func(ctx context.Context
 	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
 	defer stop()
 	return fn(fctx, l.token)
+}
+
+// cancelWait takes request rid out of name's queue, or ends the grant it
+// got, after its caller gave up. Nothing to cancel is not an error.
+func (c *Client) cancelWait(name, rid string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AttemptTimeout)
+	defer cancel()
+	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
+		_, err := rpc.CancelWait(ctx, connect.NewRequest(&fencelockv1.CancelWaitRequest{Name: name, RequestId: rid}))
+		return err
+	})
+	if err != nil && !errors.Is(err, fencelock.ErrNotFound) {
+		c.cfg.Logger.Warn("could not take an abandoned acquire out of the queue; a grant it gets ends with its TTL",
+			"lock", name, "err", err)
+	}
 }

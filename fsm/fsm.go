@@ -327,6 +327,13 @@ func (f *FSM) queued(name fencelock.LockName, rid string) bool {
 	return false
 }
 
+// Queued reports whether request rid waits in name's queue.
+func (f *FSM) Queued(name fencelock.LockName, rid string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return rid != "" && f.queued(name, rid)
+}
+
 // Get returns a copy of the named lock's entry.
 func (f *FSM) Get(name fencelock.LockName) (Lock, bool) {
 	f.mu.RLock()

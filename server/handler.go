@@ -49,26 +49,35 @@ type api Server
 var _ fencelockv1connect.LockServiceHandler = (*api)(nil)
 
 func (a *api) fail(method string, err error) error {
+	a.count(method, err)
+	return wire.ToConnect(err)
+}
+
+// count counts a refused request by method and error code.
+func (a *api) count(method string, err error) {
 	code := fencelock.Code(err)
 	if code == "" {
 		code = "other"
 	}
 	a.metrics.rejected.WithLabelValues(method, code).Inc()
-	return wire.ToConnect(err)
+}
+
+func acquireRequest(m *fencelockv1.AcquireRequest) AcquireRequest {
+	return AcquireRequest{Name: fencelock.LockName(m.Name), TTL: m.Ttl.AsDuration(), Wait: m.Wait.AsDuration(),
+		RequestID: m.RequestId, Holder: m.Holder}
+}
+
+func acquireResponse(g fencelock.Grant) *fencelockv1.AcquireResponse {
+	return &fencelockv1.AcquireResponse{Grant: &fencelockv1.Grant{
+		Name: string(g.Name), Token: uint64(g.Token), LeaseId: string(g.LeaseID), Ttl: durationpb.New(g.TTL)}}
 }
 
 func (a *api) Acquire(ctx context.Context, req *connect.Request[fencelockv1.AcquireRequest]) (*connect.Response[fencelockv1.AcquireResponse], error) {
-	m := req.Msg
-	g, err := (*Server)(a).Acquire(ctx, AcquireRequest{
-		Name: fencelock.LockName(m.Name), TTL: m.Ttl.AsDuration(), Wait: m.Wait.AsDuration(),
-		RequestID: m.RequestId, Holder: m.Holder,
-	})
+	g, err := (*Server)(a).Acquire(ctx, acquireRequest(req.Msg))
 	if err != nil {
 		return nil, a.fail("Acquire", err)
 	}
-	return connect.NewResponse(&fencelockv1.AcquireResponse{Grant: &fencelockv1.Grant{
-		Name: string(g.Name), Token: uint64(g.Token), LeaseId: string(g.LeaseID), Ttl: durationpb.New(g.TTL),
-	}}), nil
+	return connect.NewResponse(acquireResponse(g)), nil
 }
 
 func (a *api) Renew(ctx context.Context, req *connect.Request[fencelockv1.RenewRequest]) (*connect.Response[fencelockv1.RenewResponse], error) {
@@ -86,6 +95,13 @@ func (a *api) Release(ctx context.Context, req *connect.Request[fencelockv1.Rele
 		return nil, a.fail("Release", err)
 	}
 	return connect.NewResponse(&fencelockv1.ReleaseResponse{}), nil
+}
+
+func (a *api) CancelWait(ctx context.Context, req *connect.Request[fencelockv1.CancelWaitRequest]) (*connect.Response[fencelockv1.CancelWaitResponse], error) {
+	if err := (*Server)(a).CancelWait(ctx, fencelock.LockName(req.Msg.Name), req.Msg.RequestId); err != nil {
+		return nil, a.fail("CancelWait", err)
+	}
+	return connect.NewResponse(&fencelockv1.CancelWaitResponse{}), nil
 }
 
 func (a *api) Describe(ctx context.Context, req *connect.Request[fencelockv1.DescribeRequest]) (*connect.Response[fencelockv1.DescribeResponse], error) {

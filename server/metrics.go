@@ -22,6 +22,8 @@ type metrics struct {
 	// restores counts snapshots restored into the FSM, by source: "local"
 	// (this node's own snapshot, at start) or "leader" (InstallSnapshot).
 	restores *prometheus.CounterVec
+	// batchItems is the number of calls per Batch request.
+	batchItems prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -46,10 +48,13 @@ func newMetrics() *metrics {
 			Help: `Snapshots restored into the state machine since this process started, by source: "local" (its own snapshot, at start) or "leader" (installed from the leader because this node was behind the leader's trailing logs).`},
 			[]string{"source"}),
 	}
+	m.batchItems = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "fencelock_batch_items", Help: "Calls carried by one Batch request (the Go client batches concurrent calls).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 11)})
 	// Both series exist from the start, so a scrape before any restore reads 0.
 	m.restores.WithLabelValues(restoreLocal)
 	m.restores.WithLabelValues(restoreLeader)
-	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores,
+	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores, m.batchItems,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -30,7 +30,14 @@ type AcquireRequest struct {
 	RequestID string
 	// Holder is a label for humans, shown by Describe.
 	Holder string
+	// ReturnQueued makes an Acquire that joins the wait queue return
+	// errQueued at once instead of waiting; the caller waits later with an
+	// Acquire of the same RequestID (Batch does this).
+	ReturnQueued bool
 }
+
+// errQueued: the request waits in the lock's queue (ReturnQueued).
+var errQueued = errors.New("queued")
 
 func (s *Server) validate(req AcquireRequest) error {
 	if err := req.Name.Validate(); err != nil {
@@ -65,14 +72,23 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		req.RequestID = string(fencelock.NewLeaseID()) // a waiter must be addressable
 	}
 	var ch chan fsm.Holder
-	if req.Wait > 0 {
+	if req.Wait > 0 && !req.ReturnQueued {
 		ch = s.waiters.add(req.Name, req.RequestID)
 		defer s.waiters.remove(req.Name, req.RequestID, ch)
 	}
-	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: req.Name, RequestID: req.RequestID,
-		Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0})
-	if err != nil {
-		return fencelock.Grant{}, err
+	var res fsm.Result
+	if ch != nil && s.Ready() && s.fsm.Queued(req.Name, req.RequestID) {
+		// Already in the queue (a Batch queued it, or this is a retry): wait
+		// without another entry. The waiter was registered before the check,
+		// so a grant made since cannot be missed.
+		res.Queued = true
+	} else {
+		var err error
+		res, err = s.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: req.Name, RequestID: req.RequestID,
+			Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0})
+		if err != nil {
+			return fencelock.Grant{}, err
+		}
 	}
 	switch {
 	case res.Err != nil:
@@ -83,6 +99,9 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		return fencelock.Grant{}, fmt.Errorf("acquire %q: empty result: %w", req.Name, fencelock.ErrUnavailable)
 	}
 
+	if req.ReturnQueued {
+		return fencelock.Grant{}, errQueued
+	}
 	timer := time.NewTimer(req.Wait)
 	defer timer.Stop()
 	select {
@@ -186,6 +205,24 @@ func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencel
 	}
 	s.metrics.releases.Inc()
 	return nil
+}
+
+// CancelWait takes request rid out of name's wait queue; if it was granted
+// meanwhile, the grant ends and the next waiter is granted. Errors:
+// ErrNotFound (nothing waits or holds under rid), ErrNotLeader,
+// ErrUnavailable, invalid input.
+func (s *Server) CancelWait(ctx context.Context, name fencelock.LockName, rid string) error {
+	if err := name.Validate(); err != nil {
+		return err
+	}
+	if rid == "" || len(rid) > MaxRequestIDLen || !utf8.ValidString(rid) {
+		return fmt.Errorf("request id must be non-empty UTF-8 of at most %d bytes: %w", MaxRequestIDLen, fencelock.ErrInvalidArgument)
+	}
+	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: name, RequestID: rid})
+	if err != nil {
+		return err
+	}
+	return res.Err
 }
 
 // LockInfo describes one lock.

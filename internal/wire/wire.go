@@ -50,6 +50,14 @@ func ToConnect(err error) error {
 		return connect.NewError(connect.CodeInternal, err)
 	}
 	ce := connect.NewError(connectCodes[code], err)
+	if det, derr := connect.NewErrorDetail(detailOf(code, err)); derr == nil {
+		ce.AddDetail(det)
+	}
+	return ce
+}
+
+// detailOf describes err, whose fencelock code is code, for the wire.
+func detailOf(code string, err error) *fencelockv1.ErrorDetail {
 	d := &fencelockv1.ErrorDetail{Code: code}
 	var held *fencelock.LockHeldError
 	if errors.As(err, &held) {
@@ -66,10 +74,52 @@ func ToConnect(err error) error {
 	if errors.As(err, &nl) {
 		d.Leader = nl.Leader
 	}
-	if det, derr := connect.NewErrorDetail(d); derr == nil {
-		ce.AddDetail(det)
+	return d
+}
+
+// fromDetail turns a wire error detail back into an error, or nil if its
+// code is unknown.
+func fromDetail(msg string, d *fencelockv1.ErrorDetail) error {
+	sentinel := fencelock.ErrorForCode(d.GetCode())
+	if sentinel == nil {
+		return nil
 	}
-	return ce
+	switch sentinel {
+	case fencelock.ErrLockHeld:
+		e := &fencelock.LockHeldError{Name: fencelock.LockName(d.Name), Holder: d.Holder, Token: fencelock.Token(d.Token)}
+		if d.Expires != nil {
+			e.Expires = d.Expires.AsTime()
+		}
+		return e
+	case fencelock.ErrNotLeader:
+		return &NotLeaderError{Leader: d.Leader, msg: msg}
+	}
+	return &remoteError{msg: msg, sentinel: sentinel}
+}
+
+// ToBatchError is ToConnect for one item of a Batch.
+func ToBatchError(err error) *fencelockv1.BatchError {
+	var ce *connect.Error
+	errors.As(ToConnect(err), &ce)
+	be := &fencelockv1.BatchError{Message: err.Error(), ConnectCode: ce.Code().String()}
+	if code := fencelock.Code(err); code != "" {
+		be.Detail = detailOf(code, err)
+	}
+	return be
+}
+
+// FromBatchError is FromConnect for one item of a Batch.
+func FromBatchError(be *fencelockv1.BatchError) error {
+	if be.GetDetail() != nil {
+		if err := fromDetail(be.Message, be.Detail); err != nil {
+			return err
+		}
+	}
+	var code connect.Code
+	if err := code.UnmarshalText([]byte(be.GetConnectCode())); err != nil {
+		code = connect.CodeUnknown
+	}
+	return FromConnect(connect.NewError(code, errors.New(be.GetMessage())))
 }
 
 // FromConnect converts an error returned by a Connect call back into an
@@ -93,22 +143,10 @@ func FromConnect(err error) error {
 		if !ok {
 			continue
 		}
-		sentinel := fencelock.ErrorForCode(d.Code)
-		if sentinel == nil {
-			break
+		if err := fromDetail(ce.Message(), d); err != nil {
+			return err
 		}
-		msg := ce.Message()
-		switch sentinel {
-		case fencelock.ErrLockHeld:
-			e := &fencelock.LockHeldError{Name: fencelock.LockName(d.Name), Holder: d.Holder, Token: fencelock.Token(d.Token)}
-			if d.Expires != nil {
-				e.Expires = d.Expires.AsTime()
-			}
-			return e
-		case fencelock.ErrNotLeader:
-			return &NotLeaderError{Leader: d.Leader, msg: msg}
-		}
-		return &remoteError{msg: msg, sentinel: sentinel}
+		break
 	}
 	switch ce.Code() {
 	case connect.CodeUnavailable:

@@ -30,6 +30,512 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type CancelWaitRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelWaitRequest) Reset() {
+	*x = CancelWaitRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelWaitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelWaitRequest) ProtoMessage() {}
+
+func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelWaitRequest.ProtoReflect.Descriptor instead.
+func (*CancelWaitRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CancelWaitRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CancelWaitRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type CancelWaitResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelWaitResponse) Reset() {
+	*x = CancelWaitResponse{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelWaitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelWaitResponse) ProtoMessage() {}
+
+func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelWaitResponse.ProtoReflect.Descriptor instead.
+func (*CancelWaitResponse) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{1}
+}
+
+type BatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*BatchItem           `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchRequest) Reset() {
+	*x = BatchRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchRequest) ProtoMessage() {}
+
+func (x *BatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
+func (*BatchRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BatchRequest) GetItems() []*BatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type BatchItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*BatchItem_Acquire
+	//	*BatchItem_Renew
+	//	*BatchItem_Release
+	Op            isBatchItem_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchItem) Reset() {
+	*x = BatchItem{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchItem) ProtoMessage() {}
+
+func (x *BatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchItem.ProtoReflect.Descriptor instead.
+func (*BatchItem) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BatchItem) GetOp() isBatchItem_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *BatchItem) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Op.(*BatchItem_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *BatchItem) GetRenew() *RenewRequest {
+	if x != nil {
+		if x, ok := x.Op.(*BatchItem_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *BatchItem) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Op.(*BatchItem_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+type isBatchItem_Op interface {
+	isBatchItem_Op()
+}
+
+type BatchItem_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type BatchItem_Renew struct {
+	Renew *RenewRequest `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
+}
+
+type BatchItem_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+func (*BatchItem_Acquire) isBatchItem_Op() {}
+
+func (*BatchItem_Renew) isBatchItem_Op() {}
+
+func (*BatchItem_Release) isBatchItem_Op() {}
+
+type BatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per item, in the order of the items.
+	Results       []*BatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResponse) Reset() {
+	*x = BatchResponse{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResponse) ProtoMessage() {}
+
+func (x *BatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
+func (*BatchResponse) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BatchResponse) GetResults() []*BatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type BatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*BatchResult_Acquire
+	//	*BatchResult_Renew
+	//	*BatchResult_Release
+	//	*BatchResult_Error
+	//	*BatchResult_Queued
+	Result        isBatchResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResult) Reset() {
+	*x = BatchResult{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResult) ProtoMessage() {}
+
+func (x *BatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
+func (*BatchResult) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BatchResult) GetResult() isBatchResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *BatchResult) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetRenew() *RenewResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetError() *BatchError {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+func (x *BatchResult) GetQueued() *AcquireQueued {
+	if x != nil {
+		if x, ok := x.Result.(*BatchResult_Queued); ok {
+			return x.Queued
+		}
+	}
+	return nil
+}
+
+type isBatchResult_Result interface {
+	isBatchResult_Result()
+}
+
+type BatchResult_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
+}
+
+type BatchResult_Renew struct {
+	Renew *RenewResponse `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
+}
+
+type BatchResult_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+type BatchResult_Error struct {
+	Error *BatchError `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
+}
+
+type BatchResult_Queued struct {
+	// The Acquire waits in the lock's queue under its request_id.
+	Queued *AcquireQueued `protobuf:"bytes,5,opt,name=queued,proto3,oneof"`
+}
+
+func (*BatchResult_Acquire) isBatchResult_Result() {}
+
+func (*BatchResult_Renew) isBatchResult_Result() {}
+
+func (*BatchResult_Release) isBatchResult_Result() {}
+
+func (*BatchResult_Error) isBatchResult_Result() {}
+
+func (*BatchResult_Queued) isBatchResult_Result() {}
+
+type AcquireQueued struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireQueued) Reset() {
+	*x = AcquireQueued{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireQueued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireQueued) ProtoMessage() {}
+
+func (x *AcquireQueued) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireQueued.ProtoReflect.Descriptor instead.
+func (*AcquireQueued) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{6}
+}
+
+// BatchError is one item's error: what a call sent alone would have failed
+// with.
+type BatchError struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Message string                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// Set for errors with a fencelock code.
+	Detail *ErrorDetail `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// The Connect code name of a call sent alone ("unavailable", ...).
+	ConnectCode   string `protobuf:"bytes,3,opt,name=connect_code,json=connectCode,proto3" json:"connect_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchError) Reset() {
+	*x = BatchError{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchError) ProtoMessage() {}
+
+func (x *BatchError) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchError.ProtoReflect.Descriptor instead.
+func (*BatchError) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *BatchError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *BatchError) GetDetail() *ErrorDetail {
+	if x != nil {
+		return x.Detail
+	}
+	return nil
+}
+
+func (x *BatchError) GetConnectCode() string {
+	if x != nil {
+		return x.ConnectCode
+	}
+	return ""
+}
+
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -46,7 +552,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -58,7 +564,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -71,7 +577,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{0}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AcquireRequest) GetName() string {
@@ -123,7 +629,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -135,7 +641,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -148,7 +654,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{1}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Grant) GetName() string {
@@ -188,7 +694,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -200,7 +706,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -213,7 +719,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{2}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AcquireResponse) GetGrant() *Grant {
@@ -234,7 +740,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -246,7 +752,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -259,7 +765,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{3}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RenewRequest) GetName() string {
@@ -292,7 +798,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -304,7 +810,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -317,7 +823,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{4}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RenewResponse) GetTtl() *durationpb.Duration {
@@ -338,7 +844,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +856,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +869,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{5}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -395,7 +901,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +913,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +926,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 type DescribeRequest struct {
@@ -432,7 +938,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +950,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +963,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -477,7 +983,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +995,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +1008,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Waiter) GetHolder() string {
@@ -534,7 +1040,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +1052,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +1065,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LockInfo) GetName() string {
@@ -613,7 +1119,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +1131,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +1144,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DescribeResponse) GetLock() *LockInfo {
@@ -661,7 +1167,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +1179,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +1192,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -720,7 +1226,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +1238,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +1251,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -780,7 +1286,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +1298,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +1311,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -863,7 +1369,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1381,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1394,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Member) GetId() string {
@@ -934,7 +1440,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1452,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1465,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 type StatusResponse struct {
@@ -985,7 +1491,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1503,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1516,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -1108,7 +1614,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1120,7 +1626,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1133,7 +1639,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -1165,7 +1671,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1683,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1696,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 type RemoveMemberRequest struct {
@@ -1202,7 +1708,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1720,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1733,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -1245,7 +1751,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1763,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1776,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{28}
 }
 
 type TransferLeaderRequest struct {
@@ -1282,7 +1788,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1800,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1813,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -1326,7 +1832,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1844,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1857,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -1365,7 +1871,34 @@ var File_fencelock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x17fencelock/v1/lock.proto\x12\ffencelock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\x01\n" +
+	"\x17fencelock/v1/lock.proto\x12\ffencelock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n" +
+	"\x11CancelWaitRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\x14\n" +
+	"\x12CancelWaitResponse\"=\n" +
+	"\fBatchRequest\x12-\n" +
+	"\x05items\x18\x01 \x03(\v2\x17.fencelock.v1.BatchItemR\x05items\"\xb9\x01\n" +
+	"\tBatchItem\x128\n" +
+	"\aacquire\x18\x01 \x01(\v2\x1c.fencelock.v1.AcquireRequestH\x00R\aacquire\x122\n" +
+	"\x05renew\x18\x02 \x01(\v2\x1a.fencelock.v1.RenewRequestH\x00R\x05renew\x128\n" +
+	"\arelease\x18\x03 \x01(\v2\x1c.fencelock.v1.ReleaseRequestH\x00R\areleaseB\x04\n" +
+	"\x02op\"D\n" +
+	"\rBatchResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.fencelock.v1.BatchResultR\aresults\"\xab\x02\n" +
+	"\vBatchResult\x129\n" +
+	"\aacquire\x18\x01 \x01(\v2\x1d.fencelock.v1.AcquireResponseH\x00R\aacquire\x123\n" +
+	"\x05renew\x18\x02 \x01(\v2\x1b.fencelock.v1.RenewResponseH\x00R\x05renew\x129\n" +
+	"\arelease\x18\x03 \x01(\v2\x1d.fencelock.v1.ReleaseResponseH\x00R\arelease\x120\n" +
+	"\x05error\x18\x04 \x01(\v2\x18.fencelock.v1.BatchErrorH\x00R\x05error\x125\n" +
+	"\x06queued\x18\x05 \x01(\v2\x1b.fencelock.v1.AcquireQueuedH\x00R\x06queuedB\b\n" +
+	"\x06result\"\x0f\n" +
+	"\rAcquireQueued\"|\n" +
+	"\n" +
+	"BatchError\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x121\n" +
+	"\x06detail\x18\x02 \x01(\v2\x19.fencelock.v1.ErrorDetailR\x06detail\x12!\n" +
+	"\fconnect_code\x18\x03 \x01(\tR\vconnectCode\"\xb7\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
@@ -1453,13 +1986,16 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x15TransferLeaderRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"5\n" +
 	"\x16TransferLeaderResponse\x12\x1b\n" +
-	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\xe9\x02\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\xfc\x03\n" +
 	"\vLockService\x12F\n" +
 	"\aAcquire\x12\x1c.fencelock.v1.AcquireRequest\x1a\x1d.fencelock.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.fencelock.v1.RenewRequest\x1a\x1b.fencelock.v1.RenewResponse\x12F\n" +
 	"\aRelease\x12\x1c.fencelock.v1.ReleaseRequest\x1a\x1d.fencelock.v1.ReleaseResponse\x12I\n" +
 	"\bDescribe\x12\x1d.fencelock.v1.DescribeRequest\x1a\x1e.fencelock.v1.DescribeResponse\x12=\n" +
-	"\x04List\x12\x19.fencelock.v1.ListRequest\x1a\x1a.fencelock.v1.ListResponse2\xd7\x02\n" +
+	"\x04List\x12\x19.fencelock.v1.ListRequest\x1a\x1a.fencelock.v1.ListResponse\x12@\n" +
+	"\x05Batch\x12\x1a.fencelock.v1.BatchRequest\x1a\x1b.fencelock.v1.BatchResponse\x12O\n" +
+	"\n" +
+	"CancelWait\x12\x1f.fencelock.v1.CancelWaitRequest\x1a .fencelock.v1.CancelWaitResponse2\xd7\x02\n" +
 	"\x0eClusterService\x12C\n" +
 	"\x06Status\x12\x1b.fencelock.v1.StatusRequest\x1a\x1c.fencelock.v1.StatusResponse\x12L\n" +
 	"\tAddMember\x12\x1e.fencelock.v1.AddMemberRequest\x1a\x1f.fencelock.v1.AddMemberResponse\x12U\n" +
@@ -1478,72 +2014,95 @@ func file_fencelock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_fencelock_v1_lock_proto_rawDescData
 }
 
-var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_fencelock_v1_lock_proto_goTypes = []any{
-	(*AcquireRequest)(nil),         // 0: fencelock.v1.AcquireRequest
-	(*Grant)(nil),                  // 1: fencelock.v1.Grant
-	(*AcquireResponse)(nil),        // 2: fencelock.v1.AcquireResponse
-	(*RenewRequest)(nil),           // 3: fencelock.v1.RenewRequest
-	(*RenewResponse)(nil),          // 4: fencelock.v1.RenewResponse
-	(*ReleaseRequest)(nil),         // 5: fencelock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 6: fencelock.v1.ReleaseResponse
-	(*DescribeRequest)(nil),        // 7: fencelock.v1.DescribeRequest
-	(*Waiter)(nil),                 // 8: fencelock.v1.Waiter
-	(*LockInfo)(nil),               // 9: fencelock.v1.LockInfo
-	(*DescribeResponse)(nil),       // 10: fencelock.v1.DescribeResponse
-	(*ListRequest)(nil),            // 11: fencelock.v1.ListRequest
-	(*ListResponse)(nil),           // 12: fencelock.v1.ListResponse
-	(*ErrorDetail)(nil),            // 13: fencelock.v1.ErrorDetail
-	(*Member)(nil),                 // 14: fencelock.v1.Member
-	(*StatusRequest)(nil),          // 15: fencelock.v1.StatusRequest
-	(*StatusResponse)(nil),         // 16: fencelock.v1.StatusResponse
-	(*AddMemberRequest)(nil),       // 17: fencelock.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 18: fencelock.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 19: fencelock.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 20: fencelock.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 21: fencelock.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 22: fencelock.v1.TransferLeaderResponse
-	(*durationpb.Duration)(nil),    // 23: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 24: google.protobuf.Timestamp
+	(*CancelWaitRequest)(nil),      // 0: fencelock.v1.CancelWaitRequest
+	(*CancelWaitResponse)(nil),     // 1: fencelock.v1.CancelWaitResponse
+	(*BatchRequest)(nil),           // 2: fencelock.v1.BatchRequest
+	(*BatchItem)(nil),              // 3: fencelock.v1.BatchItem
+	(*BatchResponse)(nil),          // 4: fencelock.v1.BatchResponse
+	(*BatchResult)(nil),            // 5: fencelock.v1.BatchResult
+	(*AcquireQueued)(nil),          // 6: fencelock.v1.AcquireQueued
+	(*BatchError)(nil),             // 7: fencelock.v1.BatchError
+	(*AcquireRequest)(nil),         // 8: fencelock.v1.AcquireRequest
+	(*Grant)(nil),                  // 9: fencelock.v1.Grant
+	(*AcquireResponse)(nil),        // 10: fencelock.v1.AcquireResponse
+	(*RenewRequest)(nil),           // 11: fencelock.v1.RenewRequest
+	(*RenewResponse)(nil),          // 12: fencelock.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 13: fencelock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 14: fencelock.v1.ReleaseResponse
+	(*DescribeRequest)(nil),        // 15: fencelock.v1.DescribeRequest
+	(*Waiter)(nil),                 // 16: fencelock.v1.Waiter
+	(*LockInfo)(nil),               // 17: fencelock.v1.LockInfo
+	(*DescribeResponse)(nil),       // 18: fencelock.v1.DescribeResponse
+	(*ListRequest)(nil),            // 19: fencelock.v1.ListRequest
+	(*ListResponse)(nil),           // 20: fencelock.v1.ListResponse
+	(*ErrorDetail)(nil),            // 21: fencelock.v1.ErrorDetail
+	(*Member)(nil),                 // 22: fencelock.v1.Member
+	(*StatusRequest)(nil),          // 23: fencelock.v1.StatusRequest
+	(*StatusResponse)(nil),         // 24: fencelock.v1.StatusResponse
+	(*AddMemberRequest)(nil),       // 25: fencelock.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 26: fencelock.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 27: fencelock.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 28: fencelock.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 29: fencelock.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 30: fencelock.v1.TransferLeaderResponse
+	(*durationpb.Duration)(nil),    // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
 }
 var file_fencelock_v1_lock_proto_depIdxs = []int32{
-	23, // 0: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	23, // 1: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	23, // 2: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
-	1,  // 3: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
-	23, // 4: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
-	23, // 5: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
-	24, // 6: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
-	23, // 7: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
-	8,  // 8: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
-	9,  // 9: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
-	9,  // 10: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
-	24, // 11: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
-	23, // 12: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	14, // 13: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
-	0,  // 14: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
-	3,  // 15: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
-	5,  // 16: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
-	7,  // 17: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
-	11, // 18: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
-	15, // 19: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
-	17, // 20: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
-	19, // 21: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
-	21, // 22: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
-	2,  // 23: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
-	4,  // 24: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
-	6,  // 25: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
-	10, // 26: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
-	12, // 27: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
-	16, // 28: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
-	18, // 29: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
-	20, // 30: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
-	22, // 31: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
-	23, // [23:32] is the sub-list for method output_type
-	14, // [14:23] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	3,  // 0: fencelock.v1.BatchRequest.items:type_name -> fencelock.v1.BatchItem
+	8,  // 1: fencelock.v1.BatchItem.acquire:type_name -> fencelock.v1.AcquireRequest
+	11, // 2: fencelock.v1.BatchItem.renew:type_name -> fencelock.v1.RenewRequest
+	13, // 3: fencelock.v1.BatchItem.release:type_name -> fencelock.v1.ReleaseRequest
+	5,  // 4: fencelock.v1.BatchResponse.results:type_name -> fencelock.v1.BatchResult
+	10, // 5: fencelock.v1.BatchResult.acquire:type_name -> fencelock.v1.AcquireResponse
+	12, // 6: fencelock.v1.BatchResult.renew:type_name -> fencelock.v1.RenewResponse
+	14, // 7: fencelock.v1.BatchResult.release:type_name -> fencelock.v1.ReleaseResponse
+	7,  // 8: fencelock.v1.BatchResult.error:type_name -> fencelock.v1.BatchError
+	6,  // 9: fencelock.v1.BatchResult.queued:type_name -> fencelock.v1.AcquireQueued
+	21, // 10: fencelock.v1.BatchError.detail:type_name -> fencelock.v1.ErrorDetail
+	31, // 11: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 12: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	31, // 13: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
+	9,  // 14: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
+	31, // 15: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
+	31, // 16: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
+	32, // 17: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
+	31, // 18: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
+	16, // 19: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
+	17, // 20: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
+	17, // 21: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
+	32, // 22: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
+	31, // 23: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	22, // 24: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
+	8,  // 25: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
+	11, // 26: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
+	13, // 27: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
+	15, // 28: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
+	19, // 29: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
+	2,  // 30: fencelock.v1.LockService.Batch:input_type -> fencelock.v1.BatchRequest
+	0,  // 31: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
+	23, // 32: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
+	25, // 33: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
+	27, // 34: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
+	29, // 35: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
+	10, // 36: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
+	12, // 37: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
+	14, // 38: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
+	18, // 39: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
+	20, // 40: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
+	4,  // 41: fencelock.v1.LockService.Batch:output_type -> fencelock.v1.BatchResponse
+	1,  // 42: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
+	24, // 43: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
+	26, // 44: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
+	28, // 45: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
+	30, // 46: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
+	36, // [36:47] is the sub-list for method output_type
+	25, // [25:36] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_fencelock_v1_lock_proto_init() }
@@ -1551,13 +2110,25 @@ func file_fencelock_v1_lock_proto_init() {
 	if File_fencelock_v1_lock_proto != nil {
 		return
 	}
+	file_fencelock_v1_lock_proto_msgTypes[3].OneofWrappers = []any{
+		(*BatchItem_Acquire)(nil),
+		(*BatchItem_Renew)(nil),
+		(*BatchItem_Release)(nil),
+	}
+	file_fencelock_v1_lock_proto_msgTypes[5].OneofWrappers = []any{
+		(*BatchResult_Acquire)(nil),
+		(*BatchResult_Renew)(nil),
+		(*BatchResult_Release)(nil),
+		(*BatchResult_Error)(nil),
+		(*BatchResult_Queued)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fencelock_v1_lock_proto_rawDesc), len(file_fencelock_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

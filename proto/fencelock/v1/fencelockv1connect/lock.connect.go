@@ -52,6 +52,10 @@ const (
 	LockServiceDescribeProcedure = "/fencelock.v1.LockService/Describe"
 	// LockServiceListProcedure is the fully-qualified name of the LockService's List RPC.
 	LockServiceListProcedure = "/fencelock.v1.LockService/List"
+	// LockServiceBatchProcedure is the fully-qualified name of the LockService's Batch RPC.
+	LockServiceBatchProcedure = "/fencelock.v1.LockService/Batch"
+	// LockServiceCancelWaitProcedure is the fully-qualified name of the LockService's CancelWait RPC.
+	LockServiceCancelWaitProcedure = "/fencelock.v1.LockService/CancelWait"
 	// ClusterServiceStatusProcedure is the fully-qualified name of the ClusterService's Status RPC.
 	ClusterServiceStatusProcedure = "/fencelock.v1.ClusterService/Status"
 	// ClusterServiceAddMemberProcedure is the fully-qualified name of the ClusterService's AddMember
@@ -84,6 +88,18 @@ type LockServiceClient interface {
 	// List returns the locks whose names start with prefix, in name order, one
 	// page at a time.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
+	// Batch runs many Acquire, Renew and Release calls in one request, each as
+	// if it were sent alone, except that an Acquire that joins a wait queue
+	// does not wait here: its result is `queued`, and the caller then waits
+	// with a unary Acquire with the same request_id (which adds no Raft
+	// entry). The Go client sends its concurrent calls this way. At most 1024
+	// items.
+	Batch(context.Context, *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error)
+	// CancelWait takes a request that gave up out of the lock's queue; if it
+	// was granted meanwhile, that grant ends (nobody will use it) and the next
+	// waiter is granted. Errors: not_found (nothing waits or holds under that
+	// request id).
+	CancelWait(context.Context, *connect.Request[v1.CancelWaitRequest]) (*connect.Response[v1.CancelWaitResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the fencelock.v1.LockService service. By default, it
@@ -127,16 +143,30 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("List")),
 			connect.WithClientOptions(opts...),
 		),
+		batch: connect.NewClient[v1.BatchRequest, v1.BatchResponse](
+			httpClient,
+			baseURL+LockServiceBatchProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Batch")),
+			connect.WithClientOptions(opts...),
+		),
+		cancelWait: connect.NewClient[v1.CancelWaitRequest, v1.CancelWaitResponse](
+			httpClient,
+			baseURL+LockServiceCancelWaitProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("CancelWait")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // lockServiceClient implements LockServiceClient.
 type lockServiceClient struct {
-	acquire  *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	renew    *connect.Client[v1.RenewRequest, v1.RenewResponse]
-	release  *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	describe *connect.Client[v1.DescribeRequest, v1.DescribeResponse]
-	list     *connect.Client[v1.ListRequest, v1.ListResponse]
+	acquire    *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	renew      *connect.Client[v1.RenewRequest, v1.RenewResponse]
+	release    *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	describe   *connect.Client[v1.DescribeRequest, v1.DescribeResponse]
+	list       *connect.Client[v1.ListRequest, v1.ListResponse]
+	batch      *connect.Client[v1.BatchRequest, v1.BatchResponse]
+	cancelWait *connect.Client[v1.CancelWaitRequest, v1.CancelWaitResponse]
 }
 
 // Acquire calls fencelock.v1.LockService.Acquire.
@@ -164,6 +194,16 @@ func (c *lockServiceClient) List(ctx context.Context, req *connect.Request[v1.Li
 	return c.list.CallUnary(ctx, req)
 }
 
+// Batch calls fencelock.v1.LockService.Batch.
+func (c *lockServiceClient) Batch(ctx context.Context, req *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error) {
+	return c.batch.CallUnary(ctx, req)
+}
+
+// CancelWait calls fencelock.v1.LockService.CancelWait.
+func (c *lockServiceClient) CancelWait(ctx context.Context, req *connect.Request[v1.CancelWaitRequest]) (*connect.Response[v1.CancelWaitResponse], error) {
+	return c.cancelWait.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the fencelock.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire grants the lock or, with wait > 0, queues the caller in FIFO order
@@ -183,6 +223,18 @@ type LockServiceHandler interface {
 	// List returns the locks whose names start with prefix, in name order, one
 	// page at a time.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
+	// Batch runs many Acquire, Renew and Release calls in one request, each as
+	// if it were sent alone, except that an Acquire that joins a wait queue
+	// does not wait here: its result is `queued`, and the caller then waits
+	// with a unary Acquire with the same request_id (which adds no Raft
+	// entry). The Go client sends its concurrent calls this way. At most 1024
+	// items.
+	Batch(context.Context, *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error)
+	// CancelWait takes a request that gave up out of the lock's queue; if it
+	// was granted meanwhile, that grant ends (nobody will use it) and the next
+	// waiter is granted. Errors: not_found (nothing waits or holds under that
+	// request id).
+	CancelWait(context.Context, *connect.Request[v1.CancelWaitRequest]) (*connect.Response[v1.CancelWaitResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -222,6 +274,18 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("List")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceBatchHandler := connect.NewUnaryHandler(
+		LockServiceBatchProcedure,
+		svc.Batch,
+		connect.WithSchema(lockServiceMethods.ByName("Batch")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceCancelWaitHandler := connect.NewUnaryHandler(
+		LockServiceCancelWaitProcedure,
+		svc.CancelWait,
+		connect.WithSchema(lockServiceMethods.ByName("CancelWait")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/fencelock.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceAcquireProcedure:
@@ -234,6 +298,10 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceDescribeHandler.ServeHTTP(w, r)
 		case LockServiceListProcedure:
 			lockServiceListHandler.ServeHTTP(w, r)
+		case LockServiceBatchProcedure:
+			lockServiceBatchHandler.ServeHTTP(w, r)
+		case LockServiceCancelWaitProcedure:
+			lockServiceCancelWaitHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -261,6 +329,14 @@ func (UnimplementedLockServiceHandler) Describe(context.Context, *connect.Reques
 
 func (UnimplementedLockServiceHandler) List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.LockService.List is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Batch(context.Context, *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.LockService.Batch is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) CancelWait(context.Context, *connect.Request[v1.CancelWaitRequest]) (*connect.Response[v1.CancelWaitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.LockService.CancelWait is not implemented"))
 }
 
 // ClusterServiceClient is a client for the fencelock.v1.ClusterService service.

@@ -1,0 +1,208 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+)
+
+// Batching: the Acquire, Renew and Release calls a client makes
+// concurrently to one node travel together as Batch requests. A call leaves
+// at once while fewer than maxInFlight batches are out; otherwise it waits
+// for one of them to come back and leaves with every call that queued
+// meanwhile. A lone caller pays no delay; many concurrent callers share
+// HTTP requests, and the server applies their Raft entries together (one
+// append, one sync). This is group commit, done in the client.
+var (
+	maxInFlight = envInt("FENCELOCK_MAXINFLIGHT", 2)
+	maxBatch    = 256
+)
+
+func envInt(k string, d int) int {
+	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
+		return v
+	}
+	return d
+}
+
+// errNoBatch: the node does not serve Batch (an older version); the call
+// goes unary.
+var errNoBatch = errors.New("batch not supported by this node")
+
+// batcher batches the calls of one endpoint.
+type batcher struct {
+	rpc     func(context.Context, *connect.Request[fencelockv1.BatchRequest]) (*connect.Response[fencelockv1.BatchResponse], error)
+	timeout time.Duration // bounds one Batch request
+	off     atomic.Bool   // the node answered Unimplemented
+
+	mu       sync.Mutex
+	queue    []*batchCall
+	inflight int
+}
+
+type batchCall struct {
+	ctx  context.Context
+	item *fencelockv1.BatchItem
+	done chan batchOutcome // buffered: the sender never blocks
+}
+
+type batchOutcome struct {
+	res *fencelockv1.BatchResult
+	err error
+}
+
+// do sends item in the next batch and returns its result, or the error of
+// the whole request, or ctx's error. errNoBatch means: send it unary.
+func (b *batcher) do(ctx context.Context, item *fencelockv1.BatchItem) (*fencelockv1.BatchResult, error) {
+	if b.off.Load() {
+		return nil, errNoBatch
+	}
+	c := &batchCall{ctx: ctx, item: item, done: make(chan batchOutcome, 1)}
+	b.mu.Lock()
+	if b.inflight < maxInFlight && len(b.queue) == 0 {
+		// A free slot and nobody waiting: send it now from this goroutine,
+		// bounded by the caller's context.
+		b.inflight++
+		b.mu.Unlock()
+		b.sendNow(ctx, []*batchCall{c})
+		o := <-c.done
+		return o.res, o.err
+	}
+	b.queue = append(b.queue, c)
+	b.startLocked()
+	b.mu.Unlock()
+	select {
+	case o := <-c.done:
+		return o.res, o.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// startLocked sends queued calls while fewer than maxInFlight batches are out.
+func (b *batcher) startLocked() {
+	for b.inflight < maxInFlight && len(b.queue) > 0 {
+		n := min(len(b.queue), maxBatch)
+		calls := make([]*batchCall, n)
+		copy(calls, b.queue)
+		b.queue = append(b.queue[:0], b.queue[n:]...)
+		b.inflight++
+		go b.send(calls)
+	}
+}
+
+// send sends one batch of queued calls and hands each call its result.
+// Calls whose caller has already gone are left out: they never reach the
+// service.
+func (b *batcher) send(calls []*batchCall) {
+	live := calls[:0]
+	for _, c := range calls {
+		if c.ctx.Err() == nil {
+			live = append(live, c)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	b.sendNow(ctx, live)
+}
+
+// sendNow sends calls as one Batch request within ctx, hands each call its
+// result and frees the in-flight slot.
+func (b *batcher) sendNow(ctx context.Context, calls []*batchCall) {
+	defer func() {
+		b.mu.Lock()
+		b.inflight--
+		b.startLocked()
+		b.mu.Unlock()
+	}()
+	if len(calls) == 0 {
+		return
+	}
+	req := &fencelockv1.BatchRequest{Items: make([]*fencelockv1.BatchItem, len(calls))}
+	for i, c := range calls {
+		req.Items[i] = c.item
+	}
+	resp, err := b.rpc(ctx, connect.NewRequest(req))
+	if connect.CodeOf(err) == connect.CodeUnimplemented {
+		b.off.Store(true)
+		err = errNoBatch
+	}
+	if err == nil && len(resp.Msg.Results) != len(calls) {
+		err = fmt.Errorf("batch of %d calls answered with %d results: %w", len(calls), len(resp.Msg.Results), fencelock.ErrUnavailable)
+	}
+	for i, c := range calls {
+		if err != nil {
+			c.done <- batchOutcome{err: err}
+			continue
+		}
+		c.done <- batchOutcome{res: resp.Msg.Results[i]}
+	}
+}
+
+// batched sends item in ep's next batch. ok is false when the call must go
+// unary instead (batching off, or the node predates Batch). An item's error
+// comes back as err.
+func (ep *endpoint) batched(ctx context.Context, item *fencelockv1.BatchItem) (res *fencelockv1.BatchResult, ok bool, err error) {
+	if ep.batch == nil {
+		return nil, false, nil
+	}
+	res, err = ep.batch.do(ctx, item)
+	if errors.Is(err, errNoBatch) {
+		return nil, false, nil
+	}
+	if err == nil && res.GetError() != nil {
+		err = wire.FromBatchError(res.GetError())
+	}
+	return res, true, err
+}
+
+// acquire is one attempt of Acquire on ep. In a batch an Acquire that joins
+// the queue does not wait; a unary Acquire of the same request id then waits
+// for the grant (the node adds no entry for it).
+func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+	res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Acquire{Acquire: req}})
+	if ok && (err != nil || res.GetQueued() == nil) {
+		return res.GetAcquire().GetGrant(), err
+	}
+	resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg.Grant, nil
+}
+
+// renew is one attempt of Renew on ep.
+func (ep *endpoint) renew(ctx context.Context, req *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
+	res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Renew{Renew: req}})
+	if ok {
+		if err == nil && res.GetRenew() == nil {
+			err = fmt.Errorf("renew: empty batch result: %w", fencelock.ErrUnavailable)
+		}
+		return res.GetRenew(), err
+	}
+	resp, err := ep.lock.Renew(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// release is one attempt of Release on ep.
+func (ep *endpoint) release(ctx context.Context, req *fencelockv1.ReleaseRequest) error {
+	if _, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: req}}); ok {
+		return err
+	}
+	_, err := ep.lock.Release(ctx, connect.NewRequest(req))
+	return err
+}

@@ -1,0 +1,157 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+)
+
+// fakeBatchRPC answers each renew item with a TTL of as many seconds as the
+// item's token, after release is closed (if set), and records batch sizes.
+type fakeBatchRPC struct {
+	mu      sync.Mutex
+	sizes   []int
+	release chan struct{}
+	arrived chan int
+}
+
+func (f *fakeBatchRPC) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchRequest]) (*connect.Response[fencelockv1.BatchResponse], error) {
+	f.mu.Lock()
+	f.sizes = append(f.sizes, len(req.Msg.Items))
+	f.mu.Unlock()
+	if f.arrived != nil {
+		f.arrived <- len(req.Msg.Items)
+	}
+	if f.release != nil {
+		<-f.release
+	}
+	resp := &fencelockv1.BatchResponse{}
+	for _, it := range req.Msg.Items {
+		ttl := durationpb.New(time.Duration(it.GetRenew().GetToken()) * time.Second)
+		resp.Results = append(resp.Results, &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Renew{
+			Renew: &fencelockv1.RenewResponse{Ttl: ttl}}})
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func renewItem(token uint64) *fencelockv1.BatchItem {
+	return &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Renew{Renew: &fencelockv1.RenewRequest{Name: "x", Token: token}}}
+}
+
+// TestBatcher_GroupsCallsWhileBatchesAreOut: the first maxInFlight calls
+// leave at once, alone; calls made while they are out wait and then leave
+// together, and every caller gets its own result.
+func TestBatcher_GroupsCallsWhileBatchesAreOut(t *testing.T) {
+	f := &fakeBatchRPC{release: make(chan struct{}), arrived: make(chan int, 100)}
+	b := &batcher{rpc: f.Batch, timeout: 10 * time.Second}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	call := func(token uint64) {
+		defer wg.Done()
+		res, err := b.do(ctx, renewItem(token))
+		if err != nil {
+			errs <- err
+			return
+		}
+		if got := res.GetRenew().GetTtl().AsDuration(); got != time.Duration(token)*time.Second {
+			errs <- fmt.Errorf("call %d got the result for %v", token, got)
+		}
+	}
+	for i := 1; i <= maxInFlight; i++ {
+		wg.Add(1)
+		go call(uint64(i))
+		if n := <-f.arrived; n != 1 {
+			t.Fatalf("call %d left in a batch of %d, want alone", i, n)
+		}
+	}
+	const queued = 10
+	for i := 0; i < queued; i++ {
+		wg.Add(1)
+		go call(uint64(100 + i))
+	}
+	// Let the queued calls line up behind the batches that are out.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b.mu.Lock()
+		n := len(b.queue)
+		b.mu.Unlock()
+		if n == queued {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued, want %d", n, queued)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	f.release <- struct{}{} // one batch comes back: the queue leaves as one batch
+	if n := <-f.arrived; n != queued {
+		t.Fatalf("the queued calls left in a batch of %d, want all %d together", n, queued)
+	}
+	close(f.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestBatcher_OlderNodeGoesUnary: a node without Batch answers
+// Unimplemented; the batcher says so (errNoBatch) and stops trying.
+func TestBatcher_OlderNodeGoesUnary(t *testing.T) {
+	calls := 0
+	b := &batcher{timeout: time.Second, rpc: func(context.Context, *connect.Request[fencelockv1.BatchRequest]) (*connect.Response[fencelockv1.BatchResponse], error) {
+		calls++
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("no Batch here"))
+	}}
+	for i := 0; i < 3; i++ {
+		if _, err := b.do(context.Background(), renewItem(1)); !errors.Is(err, errNoBatch) {
+			t.Fatalf("do against a node without Batch = %v, want errNoBatch", err)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("the node was asked %d times, want once", calls)
+	}
+}
+
+// TestBatcher_CallerThatLeftIsNotSent: a queued call whose context ended
+// before its batch left never reaches the service.
+func TestBatcher_CallerThatLeftIsNotSent(t *testing.T) {
+	f := &fakeBatchRPC{release: make(chan struct{}), arrived: make(chan int, 100)}
+	b := &batcher{rpc: f.Batch, timeout: 10 * time.Second}
+	for i := 0; i < maxInFlight; i++ {
+		go b.do(context.Background(), renewItem(1))
+		<-f.arrived
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := b.do(ctx, renewItem(2)); done <- err }()
+	for {
+		b.mu.Lock()
+		n := len(b.queue)
+		b.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled queued call returned %v, want context.Canceled", err)
+	}
+	close(f.release)
+	time.Sleep(50 * time.Millisecond)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.sizes) != maxInFlight {
+		t.Fatalf("batches sent: %v; the cancelled call must not have been sent", f.sizes)
+	}
+}

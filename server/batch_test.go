@@ -1,0 +1,173 @@
+package server_test
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+)
+
+func acquireItem(name, rid string, wait time.Duration) *fencelockv1.BatchItem {
+	return &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Acquire{Acquire: &fencelockv1.AcquireRequest{
+		Name: name, Ttl: durationpb.New(10 * time.Second), Wait: durationpb.New(wait), RequestId: rid}}}
+}
+
+func batch(t *testing.T, rpc fencelockv1connect.LockServiceClient, items ...*fencelockv1.BatchItem) []*fencelockv1.BatchResult {
+	t.Helper()
+	resp, err := rpc.Batch(ctxFor(t, 10*time.Second), connect.NewRequest(&fencelockv1.BatchRequest{Items: items}))
+	if err != nil {
+		t.Fatalf("Batch: %v", wire.FromConnect(err))
+	}
+	if len(resp.Msg.Results) != len(items) {
+		t.Fatalf("Batch of %d items returned %d results", len(items), len(resp.Msg.Results))
+	}
+	return resp.Msg.Results
+}
+
+// TestServer_BatchRunsEachItemAsAlone: results come back in item order,
+// each what the call alone would have returned; a queued Acquire does not
+// wait in the batch, and a unary Acquire of its request id then gets the
+// grant when the holder releases.
+func TestServer_BatchRunsEachItemAsAlone(t *testing.T) {
+	srv := testproc.StartServer(t)
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
+	ctx := ctxFor(t, 30*time.Second)
+
+	res := batch(t, rpc, acquireItem("a", "r1", 0), acquireItem("b", "r2", time.Minute), acquireItem("a", "r3", 0),
+		acquireItem("bad name\x00", "r4", 0), &fencelockv1.BatchItem{})
+	ga, gb := res[0].GetAcquire().GetGrant(), res[1].GetAcquire().GetGrant()
+	if ga == nil || gb == nil || ga.Token == gb.Token {
+		t.Fatalf("acquires of free locks a and b = %v, %v; want two grants with different tokens", res[0], res[1])
+	}
+	var held *fencelock.LockHeldError
+	if err := wire.FromBatchError(res[2].GetError()); res[2].GetError() == nil || !errors.As(err, &held) || held.Token != fencelock.Token(ga.Token) {
+		t.Fatalf("try-acquire of held lock a = %v, want lock_held by token %d", res[2], ga.Token)
+	}
+	if err := wire.FromBatchError(res[3].GetError()); !errors.Is(err, fencelock.ErrInvalidName) {
+		t.Fatalf("acquire of a bad name = %v, want ErrInvalidName", err)
+	}
+	if err := wire.FromBatchError(res[4].GetError()); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("empty item = %v, want ErrInvalidArgument", err)
+	}
+
+	// A waiter: queued at once, granted on release through a unary Acquire.
+	start := time.Now()
+	res = batch(t, rpc, acquireItem("a", "w1", time.Minute))
+	if res[0].GetQueued() == nil {
+		t.Fatalf("acquire of held lock a with wait = %v, want queued", res[0])
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatalf("a queued acquire in a batch took %v: it must not wait", time.Since(start))
+	}
+	got := make(chan *fencelockv1.Grant, 1)
+	go func() {
+		resp, err := rpc.Acquire(ctx, connect.NewRequest(&fencelockv1.AcquireRequest{
+			Name: "a", Ttl: durationpb.New(10 * time.Second), Wait: durationpb.New(time.Minute), RequestId: "w1"}))
+		if err != nil {
+			t.Errorf("waiting for the queued request: %v", wire.FromConnect(err))
+			got <- nil
+			return
+		}
+		got <- resp.Msg.Grant
+	}()
+	time.Sleep(200 * time.Millisecond)
+	res = batch(t, rpc, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: &fencelockv1.ReleaseRequest{
+		Name: "a", LeaseId: ga.LeaseId, Token: ga.Token}}})
+	if res[0].GetRelease() == nil {
+		t.Fatalf("release in a batch = %v", res[0])
+	}
+	g := <-got
+	if g == nil || g.Token <= ga.Token {
+		t.Fatalf("the waiter got %v, want a grant above token %d", g, ga.Token)
+	}
+	res = batch(t, rpc, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Renew{Renew: &fencelockv1.RenewRequest{
+		Name: "a", LeaseId: g.LeaseId, Token: g.Token}}})
+	if res[0].GetRenew().GetTtl().AsDuration() != 10*time.Second {
+		t.Fatalf("renew in a batch = %v, want ttl 10s", res[0])
+	}
+}
+
+func TestServer_BatchRefusesBadBatches(t *testing.T) {
+	srv := testproc.StartServer(t)
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
+	ctx := ctxFor(t, 30*time.Second)
+	items := make([]*fencelockv1.BatchItem, 1025)
+	for i := range items {
+		items[i] = &fencelockv1.BatchItem{}
+	}
+	_, err := rpc.Batch(ctx, connect.NewRequest(&fencelockv1.BatchRequest{Items: items}))
+	if err := wire.FromConnect(err); !errors.Is(err, fencelock.ErrTooLarge) {
+		t.Fatalf("a batch of 1025 items = %v, want ErrTooLarge", err)
+	}
+	res := batch(t, rpc, acquireItem("x", "", time.Second))
+	if err := wire.FromBatchError(res[0].GetError()); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("an acquire that may wait without a request id = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestServer_CancelWait: a queued request that gave up leaves the queue; a
+// request granted after its caller gave up has its grant ended, so the lock
+// does not sit held until the TTL.
+func TestServer_CancelWait(t *testing.T) {
+	srv := testproc.StartServer(t)
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
+	ctx := ctxFor(t, 30*time.Second)
+	cancelWait := func(name, rid string) error {
+		_, err := rpc.CancelWait(ctx, connect.NewRequest(&fencelockv1.CancelWaitRequest{Name: name, RequestId: rid}))
+		return wire.FromConnect(err)
+	}
+	describe := func(name string) *fencelockv1.LockInfo {
+		resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: name}))
+		if errors.Is(wire.FromConnect(err), fencelock.ErrNotFound) {
+			return &fencelockv1.LockInfo{Name: name} // free and nobody waits
+		}
+		if err != nil {
+			t.Fatalf("describe %s: %v", name, wire.FromConnect(err))
+		}
+		return resp.Msg.Lock
+	}
+	release := func(g *fencelockv1.Grant) {
+		batch(t, rpc, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: &fencelockv1.ReleaseRequest{
+			Name: "c", LeaseId: g.LeaseId, Token: g.Token}}})
+	}
+
+	h := batch(t, rpc, acquireItem("c", "h", 0))[0].GetAcquire().GetGrant()
+	if q := batch(t, rpc, acquireItem("c", "w1", time.Minute))[0]; q.GetQueued() == nil {
+		t.Fatalf("waiter = %v, want queued", q)
+	}
+	if err := cancelWait("c", "w1"); err != nil {
+		t.Fatalf("cancel of a queued request = %v", err)
+	}
+	if l := describe("c"); len(l.Waiters) != 0 {
+		t.Fatalf("after the cancel, lock c has waiters %v", l.Waiters)
+	}
+
+	// Granted while nobody waited for it: the cancel ends the grant.
+	batch(t, rpc, acquireItem("c", "w2", time.Minute))
+	release(h)
+	l := describe("c")
+	if l.Token <= h.Token {
+		t.Fatalf("after the release, lock c has token %d, want the waiter's grant above %d", l.Token, h.Token)
+	}
+	if err := cancelWait("c", "w2"); err != nil {
+		t.Fatalf("cancel of a granted request = %v", err)
+	}
+	if l := describe("c"); l.Token != 0 {
+		t.Fatalf("after cancelling the granted request, lock c is held by token %d, want free", l.Token)
+	}
+	if err := cancelWait("c", "nobody"); !errors.Is(err, fencelock.ErrNotFound) {
+		t.Fatalf("cancel of an unknown request = %v, want ErrNotFound", err)
+	}
+	if err := cancelWait("c", ""); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("cancel without a request id = %v, want ErrInvalidArgument", err)
+	}
+}
