@@ -20,7 +20,15 @@
 // A negative control runs the client-pause scenario against a store with
 // fencing off; its checkers must report a violation, which shows that they
 // can fail. "fencelock verify" and the package's tests run the same
-// scenarios (see docs/VERIFICATION.md). With Config.Servers the harness
-// verifies an existing deployment instead of starting nodes: only the
-// client-side faults run there.
+// scenarios (see docs/VERIFICATION.md).
+//
+// The fenced resource is pluggable (Resource): the object store by default,
+// PostgreSQL or Redis through OpenResource (Config.Resource), or an adapter
+// of your own, opened in worker processes of your own program (Config.Worker,
+// RunWorker with WorkerConfig.Open).
+//
+// With Config.Servers the harness verifies an existing deployment instead
+// of starting nodes: the client-side faults run there, and the server-side
+// ones too when Config.NemesisExec names a program that kills, starts,
+// pauses, resumes, isolates and heals those servers (see nemesisexec.go).
 package verify

@@ -2,6 +2,7 @@ package verify
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -37,19 +38,26 @@ type node struct {
 	dataDir  string
 	logPath  string
 	args     []string
-	// external: a node of an existing deployment; the harness only talks
-	// to it (it never starts, kills or signals it).
+	// external: a node of an existing deployment. The harness starts,
+	// kills or signals it only through its hook (Config.NemesisExec), and
+	// not at all without one.
 	external bool
+	hook     *hook // nil: no NemesisExec
+	index    int   // in the cluster, for the hook
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
-	log *os.File
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	log  *os.File
+	down bool // an external node the hook killed
 }
 
 func (n *node) start(ctx context.Context) error {
+	if n.external {
+		return n.startExternal(ctx)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cmd != nil || n.external {
+	if n.cmd != nil {
 		return nil
 	}
 	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -57,7 +65,7 @@ func (n *node) start(ctx context.Context) error {
 		return fmt.Errorf("start node %s: %w", n.id, err)
 	}
 	args := append([]string{"serve", "--listen", n.addr, "--raft-addr", n.raftAddr, "--data-dir", n.dataDir,
-		"--node-id", n.id, "--log-level", "warn"}, n.args...)
+		"--node-id", n.id, "--log-level", "info"}, n.args...)
 	cmd := exec.Command(n.bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
@@ -65,6 +73,14 @@ func (n *node) start(ctx context.Context) error {
 		return fmt.Errorf("start node %s: %w", n.id, err)
 	}
 	n.cmd, n.log = cmd, f
+	if err := n.waitHealthy(ctx); err != nil {
+		return fmt.Errorf("%w (log: %s)", err, n.logPath)
+	}
+	return nil
+}
+
+// waitHealthy waits up to 20 s for the node's /healthz.
+func (n *node) waitHealthy(ctx context.Context) error {
 	hc := http.Client{Timeout: 300 * time.Millisecond}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -77,24 +93,33 @@ func (n *node) start(ctx context.Context) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("node %s on %s not healthy after 20s (log: %s)", n.id, n.addr, n.logPath)
+	return fmt.Errorf("node %s on %s not healthy after 20s", n.id, n.addr)
 }
 
-// kill9 kills the process with SIGKILL (after SIGCONT, in case it was
-// stopped) and waits for it.
-func (n *node) kill9() {
+// kill9 kills the process with SIGKILL (which ends a stopped process too)
+// and waits for it; an external node, through the hook.
+func (n *node) kill9() error {
+	if n.external {
+		return n.killExternal()
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd == nil {
-		return
+		return nil
 	}
 	_ = n.cmd.Process.Signal(syscall.SIGKILL)
 	_ = n.cmd.Wait()
 	n.log.Close()
 	n.cmd = nil
+	return nil
 }
 
+// signal sends SIGSTOP or SIGCONT; to an external node, through the hook
+// (pause, resume).
 func (n *node) signal(sig syscall.Signal) error {
+	if n.external {
+		return n.signalExternal(sig)
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd == nil {
@@ -106,7 +131,7 @@ func (n *node) signal(sig syscall.Signal) error {
 func (n *node) running() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.cmd != nil || n.external
+	return n.cmd != nil || n.external && !n.down
 }
 
 // readyLeader reports whether /readyz answers 200: the node leads and has
@@ -125,10 +150,15 @@ func (n *node) readyLeader() bool {
 }
 
 // cluster is n nodes of one Raft group with a proxy on every directed Raft
-// link i->j (the connections node i opens to node j).
+// link i->j (the connections node i opens to node j). An existing
+// deployment has no proxies: its partitions, if any, go through the hook.
 type cluster struct {
 	nodes []*node
 	links map[[2]int]*netproxy.Proxy
+	hook  *hook // an existing deployment's NemesisExec, or nil
+
+	mu       sync.Mutex
+	isolated map[int]bool // external nodes the hook isolated
 }
 
 func nodeID(i int) string { return fmt.Sprintf("n%d", i+1) }
@@ -183,14 +213,18 @@ func startCluster(ctx context.Context, bin, dir string, n int, extra []string) (
 	return c, nil
 }
 
-// externalCluster is an existing deployment, reached at its API addresses.
-func externalCluster(servers []string) *cluster {
-	c := &cluster{links: map[[2]int]*netproxy.Proxy{}}
+// externalCluster is an existing deployment, reached at its API addresses,
+// with its fault hook h (nil: none).
+func externalCluster(servers []string, h *hook) *cluster {
+	c := &cluster{links: map[[2]int]*netproxy.Proxy{}, hook: h, isolated: map[int]bool{}}
 	for i, s := range servers {
-		c.nodes = append(c.nodes, &node{id: fmt.Sprintf("server%d", i+1), addr: s, external: true})
+		c.nodes = append(c.nodes, &node{id: fmt.Sprintf("server%d", i+1), addr: s, external: true, hook: h, index: i})
 	}
 	return c
 }
+
+// external reports whether c is an existing deployment.
+func (c *cluster) external() bool { return len(c.nodes) > 0 && c.nodes[0].external }
 
 func (c *cluster) endpoints() []string {
 	var out []string
@@ -225,47 +259,97 @@ func (c *cluster) waitLeader(ctx context.Context, not int, timeout time.Duration
 }
 
 // isolate cuts every Raft link to and from node i.
-func (c *cluster) isolate(i int) {
+func (c *cluster) isolate(i int) error {
+	if c.external() {
+		return c.isolateExternal(i)
+	}
 	for k, p := range c.links {
 		if k[0] == i || k[1] == i {
 			p.Block()
 		}
 	}
+	return nil
 }
 
 // cutOutbound cuts only the connections node i opens to its peers: its
 // AppendEntries and vote requests hang, while its peers still reach it.
-func (c *cluster) cutOutbound(i int) {
+// The hook has no one-way cut: an external node is isolated instead.
+func (c *cluster) cutOutbound(i int) error {
+	if c.external() {
+		return c.isolateExternal(i)
+	}
 	for k, p := range c.links {
 		if k[0] == i {
 			p.Block()
 		}
 	}
+	return nil
 }
 
-// split cuts every link between the two sides of a partition.
-func (c *cluster) split(side map[int]bool) {
+// split cuts every link between the two sides of a partition. On an
+// external cluster every node of side is isolated (for three nodes, the
+// same partition).
+func (c *cluster) split(side map[int]bool) error {
+	if c.external() {
+		for i := range side {
+			if err := c.isolateExternal(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	for k, p := range c.links {
 		if side[k[0]] != side[k[1]] {
 			p.Block()
 		}
 	}
+	return nil
 }
 
-func (c *cluster) heal() {
+// heal restores every link.
+func (c *cluster) heal() error {
+	if c.external() {
+		return c.healExternal()
+	}
 	for _, p := range c.links {
 		p.Unblock()
 	}
+	return nil
 }
 
+// close kills the harness's own nodes; an existing deployment's are left
+// running.
 func (c *cluster) close() {
 	for _, nd := range c.nodes {
+		if nd.external {
+			continue
+		}
 		_ = nd.signal(syscall.SIGCONT)
-		nd.kill9()
+		_ = nd.kill9()
 	}
 	for _, p := range c.links {
 		p.Close()
 	}
+}
+
+// The log lines a node writes when it restores a snapshot (server.observer).
+const (
+	logLocalRestore = `msg="restored local snapshot"`
+	logInstalled    = `msg="installed snapshot from leader"`
+)
+
+// restoresFromLogs counts the snapshot restores in the nodes' log files,
+// which span every restart of the node.
+func (c *cluster) restoresFromLogs() (local, installed int) {
+	for _, nd := range c.nodes {
+		b, err := os.ReadFile(nd.logPath)
+		if err != nil {
+			continue
+		}
+		local += bytes.Count(b, []byte(logLocalRestore))
+		installed += bytes.Count(b, []byte(logInstalled))
+	}
+	return local, installed
 }
 
 // storeProc is a "fencelock store" process.

@@ -9,16 +9,16 @@ import (
 // WriteTable writes the results as a Markdown table, then the evidence of
 // every failed check.
 func WriteTable(w io.Writer, results []Result) {
-	fmt.Fprintln(w, "| scenario | seed | nodes | time | ops | ok | fail | info | grants | faults | leader changes | leases lost | stale writes rejected | verdict |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| scenario | seed | nodes | time | ops | ok | fail | info | grants | faults | leader changes | snapshot restores local/installed | leases lost | stale writes rejected | verdict |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		if r.Skipped != "" {
-			fmt.Fprintf(w, "| %s %s | %d | %d | - | - | - | - | - | - | - | - | - | - | SKIPPED |\n", r.Number(), r.Scenario, r.Seed, r.Nodes)
+			fmt.Fprintf(w, "| %s %s | %d | %d | - | - | - | - | - | - | - | - | - | - | - | SKIPPED |\n", r.Number(), r.Scenario, r.Seed, r.Nodes)
 			continue
 		}
-		fmt.Fprintf(w, "| %s %s | %d | %d | %v | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s |\n",
+		fmt.Fprintf(w, "| %s %s | %d | %d | %v | %d | %d | %d | %d | %d | %d | %d | %d/%d | %d | %d | %s |\n",
 			r.Number(), r.Scenario, r.Seed, r.Nodes, r.Duration, r.Ops, r.OK, r.Fail, r.Info, r.Grants, r.Faults,
-			r.LeaderChanges, r.LeasesLost, r.StaleRejected, r.Verdict)
+			r.LeaderChanges, r.LocalRestores, r.InstalledSnapshots, r.LeasesLost, r.StaleRejected, r.Verdict)
 	}
 	var skipped []string
 	for _, r := range results {

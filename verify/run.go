@@ -8,8 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,14 +38,45 @@ type Config struct {
 	// the negative control); scenarios whose nemesis needs to kill,
 	// partition or pause the servers are skipped with a note.
 	Servers []string
+	// NemesisExec, with Servers, is an executable that injects server
+	// faults into the existing deployment, so that the server-fault
+	// scenarios run there too (see nemesisexec.go for its protocol:
+	// NemesisExec ACTION NODE-INDEX API-ADDR). Without it they are skipped.
+	NemesisExec string
 	// StoreURL, when set, is an existing fenced store to use instead of
 	// starting one (the negative control, which needs a store with fencing
 	// off, is then skipped too).
 	StoreURL string
+	// Resource is the fenced resource the workload writes: "" or
+	// ResourceStore for the fenced object store (StoreURL, or one the
+	// harness starts), or a spec handed to the workers' OpenFunc: for
+	// "fencelock verify worker" (OpenResource) a postgres:// or redis://
+	// URL. Its state outlives the run; the workload uses fresh domain
+	// names each run.
+	Resource string
+	// Worker is the command that starts a worker process, with its leading
+	// arguments; nil means Binary "verify" "worker". A program that
+	// verifies its own Resource starts itself here and calls RunWorker
+	// with its OpenFunc.
+	Worker []string
 }
+
+// ResourceStore names the fenced object store in Config.Resource.
+const ResourceStore = "store"
 
 // External reports whether c verifies an existing deployment.
 func (c Config) External() bool { return len(c.Servers) > 0 }
+
+// storeResource reports whether the workload writes to the object store.
+func (c Config) storeResource() bool { return c.Resource == "" || c.Resource == ResourceStore }
+
+// workerCommand is the command line of a worker process.
+func (c Config) workerCommand() []string {
+	if len(c.Worker) > 0 {
+		return c.Worker
+	}
+	return []string{c.Binary, "verify", "worker"}
+}
 
 // DefaultConfig returns the short-mode settings used by the tests and CI.
 func DefaultConfig() Config {
@@ -55,6 +89,15 @@ func (c Config) Validate() error {
 	if c.Binary == "" || c.OutDir == "" {
 		return errors.New("verify config: binary and output dir are required")
 	}
+	if c.StoreURL != "" && !c.storeResource() {
+		return fmt.Errorf("verify config: a store URL (%s) and another resource (%s) given: choose one", c.StoreURL, Redact(c.Resource))
+	}
+	if c.NemesisExec != "" && !c.External() {
+		return errors.New("verify config: a nemesis executable is for an existing deployment (Servers); without it the harness injects faults into its own nodes")
+	}
+	if len(c.Worker) == 0 && !builtinResource(c.Resource) {
+		return fmt.Errorf("verify config: resource %q: want %s, a postgres:// or redis:// URL, or your own worker command (Config.Worker) that opens it", Redact(c.Resource), ResourceStore)
+	}
 	if c.Duration < 2*time.Second || c.Clients < 1 || c.Locks < 1 || c.TTL < time.Second || c.OpTimeout <= 0 {
 		return fmt.Errorf("verify config: want duration >= 2s, clients and locks >= 1, ttl >= 1s, op timeout > 0 (got %v, %d, %d, %v, %v)",
 			c.Duration, c.Clients, c.Locks, c.TTL, c.OpTimeout)
@@ -65,6 +108,7 @@ func (c Config) Validate() error {
 // Result is the outcome of one scenario.
 type Result struct {
 	Scenario      string        `json:"scenario"`
+	Resource      string        `json:"resource"` // the fenced resource (password redacted)
 	Seed          uint64        `json:"seed"`
 	Nodes         int           `json:"nodes"`
 	Duration      time.Duration `json:"duration"`
@@ -76,11 +120,18 @@ type Result struct {
 	Faults        int           `json:"faults"`         // faults the nemesis injected
 	LeaderChanges int           `json:"leader_changes"` // new leaders observed
 	Snapshots     int           `json:"snapshots"`      // snapshot index advances observed
-	LeasesLost    int           `json:"leases_lost"`    // renews/releases refused: the grant had ended
-	StaleRejected int           `json:"stale_rejected"` // writes and fence raises refused for a stale token
-	MemberChanges int           `json:"member_changes"` // completed membership changes (removals, re-joins)
-	Refusals      int           `json:"refusals"`       // removals refused because they would break quorum (expected)
-	Checks        []Check       `json:"checks"`
+	// LocalRestores and InstalledSnapshots count snapshot restores on the
+	// nodes: a node restarting from its own snapshot, and a follower that
+	// the leader brought up to date with InstallSnapshot. From the nodes'
+	// logs when the harness runs them; from their /metrics (polled, so a
+	// lower bound) on an existing deployment.
+	LocalRestores      int     `json:"local_restores"`
+	InstalledSnapshots int     `json:"installed_snapshots"`
+	LeasesLost         int     `json:"leases_lost"`    // renews/releases refused: the grant had ended
+	StaleRejected      int     `json:"stale_rejected"` // writes and fence raises refused for a stale token
+	MemberChanges      int     `json:"member_changes"` // completed membership changes (removals, re-joins)
+	Refusals           int     `json:"refusals"`       // removals refused because they would break quorum (expected)
+	Checks             []Check `json:"checks"`
 	// Skipped says why the scenario did not run (against an existing
 	// deployment, a nemesis that needs the harness's own processes).
 	Skipped string `json:"skipped,omitempty"`
@@ -94,22 +145,28 @@ type Result struct {
 
 // env is what a running scenario's workload and nemesis share.
 type env struct {
-	cfg    Config
-	sc     Scenario
-	dir    string
-	h      *History
-	cl     *cluster
-	store  *storeProc
-	prefix string // of lock names and store objects
-	rng    *rand.Rand
-	rngMu  sync.Mutex
-	faults atomic.Int64
+	cfg   Config
+	sc    Scenario
+	dir   string
+	h     *History
+	cl    *cluster
+	store *storeProc
+	// resource is the spec the workers open: the store's URL, or
+	// Config.Resource.
+	resource string
+	prefix   string // of lock names and store objects
+	rng      *rand.Rand
+	rngMu    sync.Mutex
+	faults   atomic.Int64
 	// members counts completed membership changes (a removal, a re-join);
 	// refusals counts removals the service refused to protect its quorum.
 	members  atomic.Int64
 	refusals atomic.Int64
 	log      *slog.Logger
 	workLog  io.Writer
+	// admin asks nodes for their status (status).
+	admin     *client.Client
+	adminOnce sync.Once
 }
 
 func (e *env) intn(n int) int {
@@ -184,15 +241,35 @@ func Run(ctx context.Context, cfg Config, names ...string) ([]Result, error) {
 
 // skipReason says why sc cannot run with cfg ("" if it can).
 func skipReason(cfg Config, sc Scenario) string {
-	switch {
-	case !cfg.External():
-		return ""
-	case sc.nemesis != nil:
-		return "its nemesis kills, partitions or pauses the lock servers, which needs the harness's own nodes"
-	case sc.NoFencing && cfg.StoreURL != "":
+	if sc.NoFencing && cfg.storeResource() && cfg.StoreURL != "" {
 		return "the negative control needs the harness's own store with fencing off (run without --store)"
 	}
+	if !cfg.External() || sc.nemesis == nil {
+		return ""
+	}
+	switch {
+	case len(sc.hook) == 0:
+		return "its nemesis wipes servers' data dirs and re-joins them, which the nemesis hook does not cover: it needs the harness's own nodes"
+	case cfg.NemesisExec == "":
+		return "its nemesis kills, partitions or pauses the lock servers: give --nemesis-exec (Config.NemesisExec) to let the harness do that to your servers"
+	case len(cfg.Servers) < sc.MinNodes:
+		return fmt.Sprintf("it needs at least %d servers, got %d", sc.MinNodes, len(cfg.Servers))
+	}
 	return ""
+}
+
+func skipped(cfg Config, sc Scenario, seed uint64, nodes int, why string) Result {
+	cfg.Logger.Warn("scenario skipped against an existing deployment", "scenario", sc.Name, "why", why)
+	return Result{Scenario: sc.Name, Resource: resourceName(cfg), Seed: seed, Nodes: nodes, Expected: "skipped", Skipped: why, Pass: true,
+		Verdict: "SKIPPED: " + why}
+}
+
+// resourceName is the resource of cfg, printable.
+func resourceName(cfg Config) string {
+	if cfg.storeResource() {
+		return ResourceStore
+	}
+	return Redact(cfg.Resource)
 }
 
 func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Result, error) {
@@ -204,9 +281,7 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 		nodes = len(cfg.Servers)
 	}
 	if why := skipReason(cfg, sc); why != "" {
-		cfg.Logger.Warn("scenario skipped against an existing deployment", "scenario", sc.Name, "why", why)
-		return Result{Scenario: sc.Name, Seed: seed, Nodes: nodes, Expected: "skipped", Skipped: why, Pass: true,
-			Verdict: "SKIPPED: " + why}, nil
+		return skipped(cfg, sc, seed, nodes, why), nil
 	}
 	dir := filepath.Join(cfg.OutDir, sc.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -216,11 +291,17 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 	log.Info("scenario starting", "scenario", sc.Name, "seed", seed, "nodes", nodes, "duration", cfg.Duration, "dir", dir)
 	e := &env{cfg: cfg, sc: sc, dir: dir, h: NewHistory(), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), log: log,
 		prefix: "verify-"}
-	if cfg.External() {
-		// An existing deployment keeps its locks, fences and objects across
-		// runs: fresh names make this run's history the whole story.
+	if cfg.External() || !cfg.storeResource() || cfg.StoreURL != "" {
+		// An existing deployment, store or database keeps its locks, fences
+		// and objects across runs: fresh names make this run's history the
+		// whole story.
 		e.prefix = fmt.Sprintf("verify-%d-%d-", seed, time.Now().UnixNano()%1e6)
 	}
+	defer func() {
+		if e.admin != nil {
+			e.admin.Close()
+		}
+	}()
 	wl, err := os.Create(filepath.Join(dir, "workers.log"))
 	if err != nil {
 		return Result{}, err
@@ -230,25 +311,50 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 
 	var cl *cluster
 	if cfg.External() {
-		cl = externalCluster(cfg.Servers)
+		var h *hook
+		if cfg.NemesisExec != "" {
+			hl, err := os.Create(filepath.Join(dir, "nemesis-exec.log"))
+			if err != nil {
+				return Result{}, err
+			}
+			defer hl.Close()
+			h = &hook{path: cfg.NemesisExec, log: hl}
+		}
+		cl = externalCluster(cfg.Servers, h)
+		if h != nil && sc.nemesis != nil {
+			// Does the hook do what this nemesis needs? And begin whole.
+			err := cl.probe(ctx, sc.hook)
+			if errors.Is(err, errUnsupported) {
+				return skipped(cfg, sc, seed, nodes, "the nemesis hook does not support "+strings.Join(sc.hook, ", ")+": "+err.Error()), nil
+			}
+			if err != nil {
+				return Result{}, err
+			}
+		}
 	} else if cl, err = startCluster(ctx, cfg.Binary, dir, nodes, sc.ServerFlags); err != nil {
 		return Result{}, err
 	}
 	defer cl.close()
 	e.cl = cl
 	st := &storeProc{url: cfg.StoreURL}
-	if cfg.StoreURL == "" {
+	if cfg.storeResource() && cfg.StoreURL == "" {
 		if st, err = startStore(ctx, cfg.Binary, dir, sc.NoFencing); err != nil {
 			return Result{}, err
 		}
 	}
 	defer st.close()
 	e.store = st
+	e.resource = cfg.Resource
+	if cfg.storeResource() {
+		e.resource = st.url
+	}
 
 	start := time.Now()
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	obs := &observer{}
+	defer obs.close()
+	obs.poll(ctx, e) // the state before any fault
 	var wg sync.WaitGroup
 	wg.Go(func() { obs.run(runCtx, e) })
 	wg.Go(func() { sc.Nemesis(runCtx, e) })
@@ -268,7 +374,9 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 		return Result{}, workErr
 	}
 	// Heal everything, then read the final objects.
-	cl.heal()
+	if err := cl.heal(); err != nil {
+		return Result{}, fmt.Errorf("heal after the run: %w", err)
+	}
 	for _, nd := range cl.nodes {
 		if !nd.running() {
 			if err := nd.start(ctx); err != nil {
@@ -286,8 +394,13 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 	if err := WriteFile(filepath.Join(dir, "history.jsonl"), ops); err != nil {
 		return Result{}, err
 	}
-	r := Result{Scenario: sc.Name, Seed: seed, Nodes: nodes, Duration: elapsed.Round(100 * time.Millisecond), Dir: dir,
+	r := Result{Scenario: sc.Name, Resource: resourceName(cfg), Seed: seed, Nodes: nodes, Duration: elapsed.Round(100 * time.Millisecond), Dir: dir,
 		Faults: int(e.faults.Load()), MemberChanges: int(e.members.Load()), Refusals: int(e.refusals.Load()), LeaderChanges: obs.leaderChanges(), Snapshots: obs.snapshots, Expected: "valid"}
+	if cl.external() {
+		r.LocalRestores, r.InstalledSnapshots = obs.restores()
+	} else {
+		r.LocalRestores, r.InstalledSnapshots = cl.restoresFromLogs()
+	}
 	countOps(ops, &r)
 	r.Checks = []Check{
 		CheckTokens(ops),
@@ -371,7 +484,7 @@ func judge(r *Result, sc Scenario) {
 // finalReads reads every object once more after the run, retrying for a
 // while, and records them as FFinal events.
 func finalReads(ctx context.Context, e *env) error {
-	w, err := startWorker(e.cfg.Binary, 1000, e.cl.endpoints(), e.store.url, e.cfg.OpTimeout, e.workLog)
+	w, err := startWorker(e, 1000)
 	if err != nil {
 		return err
 	}
@@ -399,14 +512,23 @@ func finalReads(ctx context.Context, e *env) error {
 func (e *env) lockName(i int) string { return fmt.Sprintf("%s%d", e.prefix, i) }
 
 // observer polls every node's status to count leader changes and
-// snapshots.
+// snapshots, and on an existing deployment also its /metrics, for the
+// snapshot restores.
 type observer struct {
 	mu        sync.Mutex
 	terms     map[uint64]bool // terms in which a leader was seen
 	snapIdx   map[string]uint64
 	snapshots int
-	c         *client.Client
+	// restored holds, per node and process (start time), the highest
+	// fencelock_snapshot_restores_total seen (local, leader) and, for a
+	// process that was running before the scenario began, its counts at
+	// the first poll, which belong to earlier scenarios.
+	restored map[string]map[string]*restoreCounts
+	polled   bool // the first poll is done
+	c        *client.Client
 }
+
+type restoreCounts struct{ base, seen [2]float64 }
 
 func (o *observer) run(ctx context.Context, e *env) {
 	for sleep(ctx, 200*time.Millisecond) {
@@ -427,6 +549,7 @@ func (o *observer) poll(ctx context.Context, e *env) {
 		o.c = c
 		o.terms = map[uint64]bool{}
 		o.snapIdx = map[string]uint64{}
+		o.restored = map[string]map[string]*restoreCounts{}
 	}
 	for _, nd := range e.cl.nodes {
 		if !nd.running() {
@@ -442,9 +565,90 @@ func (o *observer) poll(ctx context.Context, e *env) {
 			o.terms[st.Term] = true
 		}
 		if st.LastSnapshotIndex > o.snapIdx[nd.id] {
+			if o.polled { // not a snapshot taken before the scenario
+				o.snapshots++
+			}
 			o.snapIdx[nd.id] = st.LastSnapshotIndex
-			o.snapshots++
 		}
+		if nd.external {
+			o.scrapeRestores(ctx, nd)
+		}
+	}
+	o.polled = true
+}
+
+// scrapeRestores reads a node's snapshot restore counters. They start at
+// 0 in every process, so they are kept per process start time.
+func (o *observer) scrapeRestores(ctx context.Context, nd *node) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 300*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(sctx, http.MethodGet, "http://"+nd.addr+"/metrics", nil)
+	if err != nil {
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return
+	}
+	m := parseMetrics(b)
+	now := [2]float64{m[`fencelock_snapshot_restores_total{source="local"}`], m[`fencelock_snapshot_restores_total{source="leader"}`]}
+	start := strconv.FormatFloat(m["process_start_time_seconds"], 'f', -1, 64)
+	if o.restored[nd.id] == nil {
+		o.restored[nd.id] = map[string]*restoreCounts{}
+	}
+	v := o.restored[nd.id][start]
+	if v == nil {
+		v = &restoreCounts{}
+		if !o.polled {
+			v.base = now // running before this scenario
+		}
+		o.restored[nd.id][start] = v
+	}
+	v.seen = [2]float64{max(v.seen[0], now[0]), max(v.seen[1], now[1])}
+}
+
+// parseMetrics reads Prometheus text exposition: series (name with
+// labels, as written) to value.
+func parseMetrics(b []byte) map[string]float64 {
+	m := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m
+}
+
+// restores sums the restore counters over every node and process seen.
+func (o *observer) restores() (local, installed int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, procs := range o.restored {
+		for _, v := range procs {
+			local += int(v.seen[0] - v.base[0])
+			installed += int(v.seen[1] - v.base[1])
+		}
+	}
+	return local, installed
+}
+
+func (o *observer) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.c != nil {
+		o.c.Close()
 	}
 }
 
@@ -452,6 +656,22 @@ func (o *observer) leaderChanges() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return max(len(o.terms)-1, 0)
+}
+
+// status asks node i for its status.
+func (e *env) status(ctx context.Context, i int) (client.NodeStatus, bool) {
+	e.adminOnce.Do(func() {
+		cfg := client.DefaultConfig(e.cl.endpoints()...)
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		e.admin, _ = client.NewFromConfig(cfg)
+	})
+	if e.admin == nil {
+		return client.NodeStatus{}, false
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	st, err := e.admin.Status(sctx, e.cl.nodes[i].addr)
+	return st, err == nil
 }
 
 type lockedWriter struct {

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +22,12 @@ type Scenario struct {
 	// checkers must find a violation.
 	NoFencing bool
 	nemesis   func(ctx context.Context, e *env)
+	// hook lists the idempotent nemesis-hook actions that stand for what
+	// the nemesis does to an existing deployment's servers (start for
+	// kill/start, resume for pause/resume, heal for isolate/heal); the
+	// harness probes them first. A nemesis without hook actions cannot run
+	// against an existing deployment.
+	hook []string
 	// zombie, for client slot 0, runs between its read and its write and
 	// returns what to do after the write.
 	zombie func(ctx context.Context, e *env, w *workerProc, cycle int) func()
@@ -79,6 +86,12 @@ var (
 	staleRefused = func(r Result) func(*Check) { return need("stale write(s) rejected", r.StaleRejected, 1) }
 	leaseLost    = func(r Result) func(*Check) { return need("lost lease(s) (renew/release refused)", r.LeasesLost, 1) }
 	snapshotSeen = func(r Result) func(*Check) { return need("snapshot(s) taken", r.Snapshots, 1) }
+	installed    = func(r Result) func(*Check) {
+		return need("snapshot(s) installed on a follower by the leader (InstallSnapshot)", r.InstalledSnapshots, 1)
+	}
+	localRestore = func(r Result) func(*Check) {
+		return need("restart(s) restoring the node's own snapshot", r.LocalRestores, 1)
+	}
 	memberChange = func(r Result) func(*Check) { return need("completed membership change(s)", r.MemberChanges, 1) }
 )
 
@@ -87,16 +100,17 @@ var (
 func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "kill", Number: "1", Title: "one node, kill -9 and restart every few seconds",
-			Nodes: 1, MinNodes: 1, nemesis: killNodes(false), bit: bits(leaderChange)},
+			Nodes: 1, MinNodes: 1, nemesis: killNodes, hook: []string{"start"}, bit: bits(leaderChange)},
 		{Name: "partition", Number: "2", Title: "three nodes, silent partitions: isolate the leader, random halves, one-way",
-			Nodes: 3, MinNodes: 3, nemesis: partitions, bit: bits(leaderChange)},
+			Nodes: 3, MinNodes: 3, nemesis: partitions, hook: []string{"heal"}, bit: bits(leaderChange)},
 		{Name: "pause-leader", Number: "3", Title: "SIGSTOP/SIGCONT the leader for 1-3x the TTL",
-			Nodes: 3, MinNodes: 3, nemesis: pauseLeader, bit: bits(leaderChange)},
+			Nodes: 3, MinNodes: 3, nemesis: pauseLeader, hook: []string{"resume"}, bit: bits(leaderChange)},
 		{Name: "zombie-client", Number: "4", Title: "SIGSTOP a client, or cut it from the lock service, between its acquire and its write, for longer than the TTL",
 			Nodes: 1, MinNodes: 1, zombie: zombie, bit: bits(staleRefused, leaseLost)},
-		{Name: "snapshot-kill", Number: "5", Title: "kill -9 random nodes, small snapshot threshold (InstallSnapshot, Restore)",
-			Nodes: 3, MinNodes: 3, nemesis: killNodes(true), bit: bits(leaderChange, snapshotSeen),
-			ServerFlags: []string{"--snapshot-threshold", "16", "--trailing-logs", "4", "--snapshot-interval", "100ms"}},
+		{Name: "snapshot-kill", Number: "5", Title: "kill -9 a follower until the leader has compacted past it (InstallSnapshot), then the leader (local restore); small snapshot threshold",
+			Nodes: 3, MinNodes: 3, nemesis: snapshotKills, hook: []string{"start"},
+			bit:         bits(leaderChange, snapshotSeen, installed, localRestore),
+			ServerFlags: []string{"--snapshot-threshold", "16", "--trailing-logs", strconv.Itoa(snapshotTrailingLogs), "--snapshot-interval", "100ms"}},
 		{Name: "membership", Number: "6", Title: "five nodes, membership changes: remove a follower and re-join it wiped, transfer leadership, remove the leader, kill -9",
 			Nodes: 5, MinNodes: 3, nemesis: membership, bit: bits(memberChange, leaderChange)},
 		{Name: "negative-control", Number: "neg", Title: "scenario 4 against a store with fencing OFF: the checker must find the violation",
@@ -114,29 +128,77 @@ func Lookup(name string) (Scenario, bool) {
 	return Scenario{}, false
 }
 
-// killNodes kills a node with SIGKILL every 2-3 s and restarts it 0.5-1.5 s
-// later. With leaderFirst, odd rounds kill the leader and even rounds a
-// random node (possibly the leader); otherwise a random node.
-func killNodes(leaderFirst bool) func(ctx context.Context, e *env) {
-	return func(ctx context.Context, e *env) {
-		for round := 0; sleep(ctx, e.between(2*time.Second, 3*time.Second)); round++ {
-			i := e.intn(len(e.cl.nodes))
-			if leaderFirst && round%2 == 0 {
-				if l := e.cl.leader(); l >= 0 {
-					i = l
+// killNodes kills a random node with SIGKILL every 2-3 s and restarts it
+// 0.5-1.5 s later on its data dir.
+func killNodes(ctx context.Context, e *env) {
+	for sleep(ctx, e.between(2*time.Second, 3*time.Second)) {
+		i := e.intn(len(e.cl.nodes))
+		e.killRestart(ctx, i, func(context.Context) { sleep(ctx, e.between(500*time.Millisecond, 1500*time.Millisecond)) })
+	}
+}
+
+// killRestart kills node i, waits with down, and restarts it.
+func (e *env) killRestart(ctx context.Context, i int, down func(ctx context.Context)) {
+	nd := e.cl.nodes[i]
+	if err := nd.kill9(); err != nil {
+		e.nemesis("kill -9 " + nd.id + " failed: " + err.Error())
+		return
+	}
+	e.faults.Add(1)
+	e.nemesis("kill -9 " + nd.id)
+	down(ctx)
+	if err := nd.start(context.WithoutCancel(ctx)); err != nil {
+		e.nemesis("restart " + nd.id + " failed: " + err.Error())
+		return
+	}
+	e.nemesis("restarted " + nd.id)
+}
+
+// snapshotTrailingLogs is scenario 5's --trailing-logs: the log entries a
+// node keeps behind its latest snapshot.
+const snapshotTrailingLogs = 4
+
+// snapshotKills is scenario 5's nemesis. Every 2-3 s it kills a node with
+// SIGKILL, in turn: a follower, held down until the leader's latest
+// snapshot is more than the trailing logs past the follower's last log
+// entry (at most 6 s, and not past the run), so that the entries it lacks
+// are compacted away and only InstallSnapshot can bring it back; then the
+// leader, restarted 0.5-1.5 s later (it restores its own snapshot, and a
+// new leader is elected meanwhile). Every restarted node had snapshots of
+// its own, so restarts restore locally.
+func snapshotKills(ctx context.Context, e *env) {
+	for round := 0; sleep(ctx, e.between(2*time.Second, 3*time.Second)); round++ {
+		l := e.cl.leader()
+		if l < 0 {
+			continue
+		}
+		if round%2 == 1 {
+			e.killRestart(ctx, l, func(context.Context) { sleep(ctx, e.between(500*time.Millisecond, 1500*time.Millisecond)) })
+			continue
+		}
+		f := e.follower(l)
+		last, ok := e.status(ctx, f)
+		if !ok {
+			continue
+		}
+		e.killRestart(ctx, f, func(ctx context.Context) {
+			// Without the workload (the run is over) the leader stops
+			// snapshotting: wait no longer than the run.
+			bg := context.WithoutCancel(ctx)
+			deadline := time.Now().Add(6 * time.Second)
+			for time.Now().Before(deadline) && sleep(ctx, 100*time.Millisecond) {
+				cur := e.cl.leader()
+				if cur < 0 || cur == f {
+					continue
+				}
+				if st, ok := e.status(bg, cur); ok && st.LastSnapshotIndex > last.LastLogIndex+snapshotTrailingLogs+1 {
+					e.nemesis(fmt.Sprintf("leader %s snapshotted at index %d, past %s's last entry %d plus %d trailing logs",
+						e.cl.nodes[cur].id, st.LastSnapshotIndex, e.cl.nodes[f].id, last.LastLogIndex, snapshotTrailingLogs))
+					return
 				}
 			}
-			nd := e.cl.nodes[i]
-			nd.kill9()
-			e.faults.Add(1)
-			e.nemesis("kill -9 " + nd.id)
-			sleep(ctx, e.between(500*time.Millisecond, 1500*time.Millisecond))
-			if err := nd.start(context.WithoutCancel(ctx)); err != nil {
-				e.nemesis("restart " + nd.id + " failed: " + err.Error())
-				continue
-			}
-			e.nemesis("restarted " + nd.id)
-		}
+			e.nemesis("the leader did not compact past " + e.cl.nodes[f].id + " within 6s")
+		})
 	}
 }
 
@@ -149,9 +211,10 @@ func partitions(ctx context.Context, e *env) {
 			l = e.intn(len(e.cl.nodes))
 		}
 		var what string
+		var err error
 		switch round % 3 {
 		case 0:
-			e.cl.isolate(l)
+			err = e.cl.isolate(l)
 			what = "isolate leader " + e.cl.nodes[l].id
 		case 1:
 			side := map[int]bool{}
@@ -163,16 +226,26 @@ func partitions(ctx context.Context, e *env) {
 					ids = append(ids, e.cl.nodes[i].id)
 				}
 			}
-			e.cl.split(side)
+			err = e.cl.split(side)
 			what = "split minority {" + strings.Join(ids, ",") + "} from the rest"
 		case 2:
-			e.cl.cutOutbound(l)
+			err = e.cl.cutOutbound(l)
 			what = "one-way: leader " + e.cl.nodes[l].id + " cannot reach its peers, they reach it"
+			if e.cl.external() {
+				what = "isolate leader " + e.cl.nodes[l].id + " (the nemesis hook has no one-way cut)"
+			}
 		}
-		e.faults.Add(1)
-		e.nemesis("partition: " + what)
+		if err != nil {
+			e.nemesis("partition: " + what + " failed: " + err.Error())
+		} else {
+			e.faults.Add(1)
+			e.nemesis("partition: " + what)
+		}
 		sleep(ctx, e.between(2*time.Second, 3*time.Second))
-		e.cl.heal()
+		if err := e.cl.heal(); err != nil {
+			e.nemesis("heal failed: " + err.Error())
+			continue
+		}
 		e.nemesis("heal")
 	}
 }
@@ -187,12 +260,18 @@ func pauseLeader(ctx context.Context, e *env) {
 		nd := e.cl.nodes[l]
 		d := e.between(e.cfg.TTL, 3*e.cfg.TTL)
 		if err := nd.signal(syscall.SIGSTOP); err != nil {
+			if nd.external {
+				e.nemesis("pause " + nd.id + " failed: " + err.Error())
+			}
 			continue
 		}
 		e.faults.Add(1)
 		e.nemesis(fmt.Sprintf("SIGSTOP leader %s for %v", nd.id, d.Round(time.Millisecond)))
 		sleep(context.WithoutCancel(ctx), d)
-		_ = nd.signal(syscall.SIGCONT)
+		if err := nd.signal(syscall.SIGCONT); err != nil {
+			e.nemesis("SIGCONT " + nd.id + " failed: " + err.Error())
+			continue
+		}
 		e.nemesis("SIGCONT " + nd.id)
 	}
 }

@@ -77,9 +77,9 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // TestOwnCluster points the harness at a cluster it did not start (started
 // here with testproc, as a user's deployment would be) and at a store it
-// did not start: the client-side scenario runs and must pass; the
-// scenarios that need to kill servers or a store with fencing off are
-// skipped with a note.
+// did not start, without a nemesis hook: the client-side scenario runs and
+// must pass; the scenarios that need to kill servers or a store with
+// fencing off are skipped with a note.
 func TestOwnCluster(t *testing.T) {
 	bin := testproc.Binary(t)
 	c := testproc.StartCluster(t, 3)
@@ -115,6 +115,9 @@ func TestOwnCluster(t *testing.T) {
 		if r.Skipped == "" || !r.Pass {
 			t.Errorf("%s against own cluster and store: verdict %q, want skipped", r.Scenario, r.Verdict)
 		}
+	}
+	if why := rs[1].Skipped; !strings.Contains(why, "--nemesis-exec") {
+		t.Errorf("kill without a nemesis hook: skipped because %q, want a reason that names --nemesis-exec", why)
 	}
 	if !strings.Contains(table.String(), "SKIPPED") {
 		t.Errorf("table does not show the skipped scenarios:\n%s", table.String())

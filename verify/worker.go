@@ -10,7 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"strings"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -18,7 +18,6 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/netproxy"
-	"github.com/fencelock/fencelock/store"
 )
 
 // request is one operation the harness asks a worker process to perform.
@@ -44,24 +43,49 @@ type response struct {
 	Error string   `json:"error,omitempty"`
 }
 
+// workerSetup is the first line the harness sends a worker: what to talk
+// to. It goes over stdin rather than the command line, so that a resource
+// URL with a password does not show in the process list.
+type workerSetup struct {
+	Endpoints []string      `json:"endpoints"` // lock service API addresses (the worker's proxies)
+	Resource  string        `json:"resource"`  // spec for WorkerConfig.Open
+	Fencing   bool          `json:"fencing"`   // false only in the negative control
+	OpTimeout time.Duration `json:"op_timeout"`
+}
+
 // WorkerConfig configures a worker process.
 type WorkerConfig struct {
-	Endpoints []string // lock service API addresses
-	StoreURL  string
-	OpTimeout time.Duration // per operation
-	Logger    *slog.Logger
+	// Open opens the resource the worker writes to; nil means
+	// OpenResource (the object store, PostgreSQL, Redis). A program that
+	// verifies its own resource adapter sets it (see Config.Worker).
+	Open   OpenFunc
+	Logger *slog.Logger
 }
 
 // RunWorker is the client process of the harness ("fencelock verify
-// worker"): it reads one JSON request per line from in, performs it with
-// the Go client and the store client, and writes one JSON response per
-// line to out. It holds its grants with the client's keep-alive, so
-// stopping the process freezes the keep-alive too. It returns when in ends.
+// worker", or a program of your own for a custom Resource; the harness
+// starts it with Config.Worker). It reads a setup line (the lock service's
+// endpoints, the resource, the operation timeout) and then one JSON
+// request per line from in, performs each with the Go client and the
+// resource, and writes one JSON response per line to out. It holds its
+// grants with the client's keep-alive, so stopping the process freezes the
+// keep-alive too. It answers the setup line once the resource is open (or
+// could not be opened). It returns when in ends, or with an error when the
+// setup line is bad or the resource cannot be opened.
 func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Writer) error {
-	ccfg := client.DefaultConfig(cfg.Endpoints...)
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	if !sc.Scan() {
+		return sc.Err()
+	}
+	var setup workerSetup
+	if err := json.Unmarshal(sc.Bytes(), &setup); err != nil || len(setup.Endpoints) == 0 || setup.OpTimeout <= 0 {
+		return fmt.Errorf("worker: bad setup line (want JSON with endpoints, resource, op_timeout): %v", err)
+	}
+	ccfg := client.DefaultConfig(setup.Endpoints...)
 	ccfg.Holder = fmt.Sprintf("verify-worker/%d", os.Getpid())
 	ccfg.AttemptTimeout = time.Second
-	ccfg.RetryTimeout = cfg.OpTimeout
+	ccfg.RetryTimeout = setup.OpTimeout
 	ccfg.MaxRetryBackoff = 200 * time.Millisecond
 	if cfg.Logger != nil {
 		ccfg.Logger = cfg.Logger
@@ -71,21 +95,30 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 		return err
 	}
 	defer c.Close()
-	st, err := store.NewClient(cfg.StoreURL)
+	open := cfg.Open
+	if open == nil {
+		open = OpenResource
+	}
+	enc := json.NewEncoder(out)
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	res, err := open(octx, setup.Resource, setup.Fencing)
+	cancel()
 	if err != nil {
-		return err
+		_ = enc.Encode(response{Type: Fail, Error: err.Error()})
+		return fmt.Errorf("worker: %w", err)
+	}
+	defer res.Close()
+	if err := enc.Encode(response{Type: OK}); err != nil { // ready
+		return fmt.Errorf("worker: write response: %w", err)
 	}
 	held := map[string]*client.Lock{}
-	enc := json.NewEncoder(out)
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
 		var req request
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			return fmt.Errorf("worker: bad request: %w", err)
 		}
-		octx, cancel := context.WithTimeout(ctx, cfg.OpTimeout)
-		resp := perform(octx, c, st, held, req)
+		octx, cancel := context.WithTimeout(ctx, setup.OpTimeout)
+		resp := perform(octx, c, res, held, req)
 		cancel()
 		resp.ID = req.ID
 		if err := enc.Encode(resp); err != nil {
@@ -106,7 +139,14 @@ func classify(err error, definite ...error) response {
 	return response{Type: Info, Code: fencelock.Code(err), Error: err.Error()}
 }
 
-func perform(ctx context.Context, c *client.Client, st *store.Client, held map[string]*client.Lock, req request) response {
+func etag(version int64) string {
+	if version <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(version, 10)
+}
+
+func perform(ctx context.Context, c *client.Client, res Resource, held map[string]*client.Lock, req request) response {
 	switch req.F {
 	case FAcquire:
 		l, err := c.Acquire(ctx, req.Lock, client.WithTTL(req.TTL), client.WithWait(req.Wait))
@@ -150,44 +190,24 @@ func perform(ctx context.Context, c *client.Client, st *store.Client, held map[s
 		}
 		return response{Type: OK, Token: uint64(li.Token)}
 	case FFence:
-		if err := st.Check(ctx, req.Lock, fencelock.Token(req.Token)); err != nil {
+		if err := res.Fence(ctx, req.Lock, fencelock.Token(req.Token)); err != nil {
 			return classify(err, fencelock.ErrStaleToken)
 		}
 		return response{Type: OK}
 	case FRead, FFinal:
-		body, info, err := st.Get(ctx, req.Lock)
-		if errors.Is(err, fencelock.ErrNotFound) {
-			return response{Type: OK}
-		}
+		list, version, err := res.Read(ctx, req.Lock)
 		if err != nil {
 			return classify(err)
 		}
-		return response{Type: OK, Value: splitList(body), ETag: info.ETag}
+		return response{Type: OK, Value: list, ETag: etag(version)}
 	case FWrite:
-		info, err := st.Put(ctx, req.Lock, fencelock.Token(req.Token), strings.NewReader(joinList(req.Body)))
+		version, err := res.Write(ctx, req.Lock, fencelock.Token(req.Token), req.Body)
 		if err != nil {
 			return classify(err, fencelock.ErrStaleToken)
 		}
-		return response{Type: OK, ETag: info.ETag}
+		return response{Type: OK, ETag: etag(version)}
 	}
 	return response{Type: Fail, Error: "unknown operation " + req.F}
-}
-
-func splitList(b []byte) []string {
-	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if l != "" {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-func joinList(l []string) string {
-	if len(l) == 0 {
-		return ""
-	}
-	return strings.Join(l, "\n") + "\n"
 }
 
 // workerProc is the harness's handle on a worker process. Its API traffic
@@ -204,11 +224,11 @@ type workerProc struct {
 	dead    bool
 }
 
-func startWorker(bin string, process int, endpoints []string, storeURL string, opTimeout time.Duration, logFile io.Writer) (*workerProc, error) {
+func startWorker(e *env, process int) (*workerProc, error) {
 	w := &workerProc{process: process, resps: make(chan response, 16)}
 	var eps []string
-	for _, e := range endpoints {
-		p, err := netproxy.Listen(e)
+	for _, ep := range e.cl.endpoints() {
+		p, err := netproxy.Listen(ep)
 		if err != nil {
 			w.close()
 			return nil, err
@@ -216,9 +236,9 @@ func startWorker(bin string, process int, endpoints []string, storeURL string, o
 		w.proxies = append(w.proxies, p)
 		eps = append(eps, p.Addr)
 	}
-	w.cmd = exec.Command(bin, "verify", "worker", "--server", strings.Join(eps, ","), "--store", storeURL,
-		"--op-timeout", opTimeout.String())
-	w.cmd.Stderr = logFile
+	argv := e.cfg.workerCommand()
+	w.cmd = exec.Command(argv[0], argv[1:]...)
+	w.cmd.Stderr = e.workLog
 	var err error
 	if w.stdin, err = w.cmd.StdinPipe(); err != nil {
 		w.close()
@@ -232,7 +252,12 @@ func startWorker(bin string, process int, endpoints []string, storeURL string, o
 	if err := w.cmd.Start(); err != nil {
 		w.cmd = nil
 		w.close()
-		return nil, fmt.Errorf("start worker: %w", err)
+		return nil, fmt.Errorf("start worker %q: %w", argv, err)
+	}
+	setup, _ := json.Marshal(workerSetup{Endpoints: eps, Resource: e.resource, Fencing: !e.sc.NoFencing, OpTimeout: e.cfg.OpTimeout})
+	if _, err := w.stdin.Write(append(setup, '\n')); err != nil {
+		w.close()
+		return nil, fmt.Errorf("start worker: send setup: %w", err)
 	}
 	go func() {
 		defer close(w.resps)
@@ -245,7 +270,21 @@ func startWorker(bin string, process int, endpoints []string, storeURL string, o
 			w.resps <- r
 		}
 	}()
-	return w, nil
+	// The worker answers the setup line when its resource is open.
+	select {
+	case r, ok := <-w.resps:
+		if ok && r.Type == OK {
+			return w, nil
+		}
+		w.close()
+		if !ok {
+			return nil, fmt.Errorf("start worker %d: it exited during setup (see workers.log)", process)
+		}
+		return nil, fmt.Errorf("start worker %d: %s", process, r.Error)
+	case <-time.After(40 * time.Second):
+		w.close()
+		return nil, fmt.Errorf("start worker %d: not ready after 40s (see workers.log)", process)
+	}
 }
 
 // call sends req and waits for its response up to timeout. An error means

@@ -15,7 +15,7 @@ import (
 // running stays an info.
 func runClient(ctx context.Context, e *env, slot int) error {
 	proc := slot
-	w, err := startWorker(e.cfg.Binary, proc, e.cl.endpoints(), e.store.url, e.cfg.OpTimeout, e.workLog)
+	w, err := startWorker(e, proc)
 	if err != nil {
 		return err
 	}
@@ -39,7 +39,7 @@ func runClient(ctx context.Context, e *env, slot int) error {
 		if broken {
 			w.close()
 			proc += 100
-			if w, err = startWorker(e.cfg.Binary, proc, e.cl.endpoints(), e.store.url, e.cfg.OpTimeout, e.workLog); err != nil {
+			if w, err = startWorker(e, proc); err != nil {
 				return err
 			}
 			broken = false

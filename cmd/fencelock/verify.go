@@ -33,8 +33,13 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"With --servers it verifies your own running cluster instead: the workload\n"+
 		"and the client-side faults (scenario 4, and the negative control unless\n"+
 		"--store is given) run against it; scenarios that kill, partition or pause\n"+
-		"servers are skipped with a note. Use a cluster you can spare: the workload\n"+
-		"creates locks and objects named verify-<seed>-*.\n"+
+		"servers run only with --nemesis-exec, a program of yours that does that to\n"+
+		"your servers (run as: PROGRAM kill|start|pause|resume|isolate|heal INDEX\n"+
+		"API-ADDR; exit status 3 = not supported), and are skipped with a note\n"+
+		"otherwise. Use a cluster you can spare: the workload creates locks and\n"+
+		"objects named verify-<seed>-*.\n"+
+		"With --resource the workload writes to PostgreSQL or Redis, fenced by the\n"+
+		"postgres and redis packages, instead of the object store.\n"+
 		"Scenarios: "+strings.Join(names, ", ")+".", stderr)
 	def := verify.DefaultConfig()
 	cfg := def
@@ -48,6 +53,8 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.DurationVar(&cfg.OpTimeout, "op-timeout", def.OpTimeout, "how long a client retries one operation before it counts as unknown (info)")
 	servers := fs.String("servers", "", "verify an existing lock service: its API addresses host:port, comma-separated (no nodes are started)")
 	fs.StringVar(&cfg.StoreURL, "store", "", "with --servers: an existing fenced store URL to use instead of starting one")
+	fs.StringVar(&cfg.NemesisExec, "nemesis-exec", "", "with --servers: a program that kills, starts, pauses, resumes, isolates and heals your servers, so that scenarios 1, 2, 3 and 5 run against them (see docs/VERIFICATION.md)")
+	fs.StringVar(&cfg.Resource, "resource", verify.ResourceStore, "the fenced resource the workload writes: store (the object store), or a postgres://DSN or redis://ADDR URL (existing servers; tables and keys named fencelock_verify_* / fencelock:verify:*)")
 	out := fs.String("out", "", "output directory for histories, logs and visualisations (default: a new temp dir)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -65,6 +72,22 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if cfg.StoreURL != "" && !cfg.External() {
 		return usageErr("verify --store needs --servers (without them the harness starts its own store)")
+	}
+	if cfg.NemesisExec != "" && !cfg.External() {
+		return usageErr("verify --nemesis-exec needs --servers (without them the harness faults its own nodes)")
+	}
+	if cfg.NemesisExec != "" {
+		p, err := filepath.Abs(cfg.NemesisExec)
+		if err != nil {
+			return usageErr("verify --nemesis-exec %q: %v", cfg.NemesisExec, err)
+		}
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return usageErr("verify --nemesis-exec %q: want an executable file", cfg.NemesisExec)
+		}
+		cfg.NemesisExec = p
+	}
+	if cfg.StoreURL != "" && cfg.Resource != verify.ResourceStore {
+		return usageErr("verify: --store and --resource %s: choose one resource", verify.Redact(cfg.Resource))
 	}
 	var which []string
 	if *scen != "all" && *scen != "" {
@@ -92,13 +115,22 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	fmt.Fprintf(stderr, "fencelock verify: seed %d, %v per scenario, output in %s\n", cfg.Seed, cfg.Duration, cfg.OutDir)
-	if cfg.External() {
-		store := "a store started by the harness"
-		if cfg.StoreURL != "" {
-			store = cfg.StoreURL
-		}
-		fmt.Fprintf(stderr, "fencelock verify: against your servers %s and %s; server-side nemeses (kill, partition, pause, snapshot, membership) are skipped\n",
-			strings.Join(cfg.Servers, ","), store)
+	resource := "a store started by the harness"
+	switch {
+	case cfg.StoreURL != "":
+		resource = cfg.StoreURL
+	case cfg.Resource != verify.ResourceStore:
+		resource = verify.Redact(cfg.Resource)
+	}
+	switch {
+	case cfg.External() && cfg.NemesisExec != "":
+		fmt.Fprintf(stderr, "fencelock verify: against your servers %s and %s; server faults through %s; membership changes (6) are skipped\n",
+			strings.Join(cfg.Servers, ","), resource, cfg.NemesisExec)
+	case cfg.External():
+		fmt.Fprintf(stderr, "fencelock verify: against your servers %s and %s; server-side nemeses (kill, partition, pause, snapshot, membership) are skipped without --nemesis-exec\n",
+			strings.Join(cfg.Servers, ","), resource)
+	default:
+		fmt.Fprintf(stderr, "fencelock verify: resource: %s\n", resource)
 	}
 	if err := cfg.Validate(); err != nil {
 		return usageErr("%v", err)
@@ -111,6 +143,12 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if cfg.StoreURL != "" {
 			rerun += " --store " + cfg.StoreURL
 		}
+		if cfg.NemesisExec != "" {
+			rerun += " --nemesis-exec " + cfg.NemesisExec
+		}
+	}
+	if cfg.Resource != verify.ResourceStore {
+		rerun += " --resource " + verify.Redact(cfg.Resource)
 	}
 	fmt.Fprintf(stdout, "\nhistories, logs and visualisations: %s\nrerun with: fencelock verify --seed %d --duration %v --scenario %s%s\n",
 		cfg.OutDir, cfg.Seed, cfg.Duration, *scen, rerun)
@@ -127,20 +165,17 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 // runVerifyWorker is a client process of "fencelock verify" (started by it).
 func runVerifyWorker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("verify worker", "verify worker --server ADDRS --store URL\n\n"+
-		"A client process of \"fencelock verify\"; verify starts it. It reads one JSON\n"+
-		"operation per line on stdin and answers one JSON line each on stdout.", stderr)
-	server := fs.String("server", "", "lock service endpoints, comma-separated")
-	storeURL := fs.String("store", "", "fenced store URL")
-	opTimeout := fs.Duration("op-timeout", 3*time.Second, "timeout of one operation")
+	fs := newFlags("verify worker", "verify worker\n\n"+
+		"A client process of \"fencelock verify\"; verify starts it. It reads a setup\n"+
+		"line (lock service endpoints, resource, operation timeout), then one JSON\n"+
+		"operation per line on stdin, and answers one JSON line each on stdout.", stderr)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *server == "" || *storeURL == "" {
-		return usageErr("verify worker needs --server and --store")
+	if fs.NArg() > 0 {
+		return usageErr("verify worker takes no arguments (verify sends its setup on stdin), got %q", fs.Args())
 	}
 	err := verify.RunWorker(ctx, verify.WorkerConfig{
-		Endpoints: strings.Split(*server, ","), StoreURL: *storeURL, OpTimeout: *opTimeout,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, os.Stdin, stdout)
 	if errors.Is(err, context.Canceled) {
