@@ -1,7 +1,9 @@
 package fsm
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/fencelock/fencelock"
@@ -34,23 +36,117 @@ type Command struct {
 	Wait      bool               `json:"wait,omitempty"`
 }
 
-// Encode returns the command's log bytes.
+// commandV1 starts a command in the binary encoding. Entries written before
+// it are JSON objects, which start with '{'; DecodeCommand reads both.
+const commandV1 = 1
+
+// Encode returns the command's log bytes: a version byte, then op, now,
+// name, request id, holder, lease id, token, TTL and wait, as varints and
+// length-prefixed strings.
 func (c Command) Encode() []byte {
-	b, err := json.Marshal(c)
-	if err != nil {
-		// A Command holds only strings and integers; Marshal cannot fail.
-		panic(fmt.Sprintf("fsm: encode command: %v", err))
+	b := make([]byte, 0, 32+len(c.Name)+len(c.RequestID)+len(c.Holder)+len(c.LeaseID))
+	b = append(b, commandV1, byte(c.Op))
+	b = binary.AppendVarint(b, c.Now)
+	for _, s := range []string{string(c.Name), c.RequestID, c.Holder, string(c.LeaseID)} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.AppendUvarint(b, uint64(c.Token))
+	b = binary.AppendVarint(b, c.TTL)
+	if c.Wait {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
 	}
 	return b
 }
 
-// DecodeCommand parses log bytes written by Encode.
+// DecodeCommand parses log bytes written by Encode, or by earlier versions
+// (JSON).
 func DecodeCommand(b []byte) (Command, error) {
 	var c Command
-	if err := json.Unmarshal(b, &c); err != nil {
-		return Command{}, fmt.Errorf("decode command: %w", err)
+	if len(b) > 0 && b[0] == '{' {
+		if err := json.Unmarshal(b, &c); err != nil {
+			return Command{}, fmt.Errorf("decode command: %w", err)
+		}
+		return c, nil
+	}
+	d := decoder{b: b}
+	if v := d.byte(); v != commandV1 {
+		return Command{}, fmt.Errorf("decode command: unknown encoding version %d", v)
+	}
+	c.Op = Op(d.byte())
+	c.Now = d.varint()
+	c.Name = fencelock.LockName(d.string())
+	c.RequestID = d.string()
+	c.Holder = d.string()
+	c.LeaseID = fencelock.LeaseID(d.string())
+	c.Token = fencelock.Token(d.uvarint())
+	c.TTL = d.varint()
+	c.Wait = d.byte() == 1
+	if d.err != nil {
+		return Command{}, fmt.Errorf("decode command: %w", d.err)
+	}
+	if len(d.b) != 0 {
+		return Command{}, fmt.Errorf("decode command: %d bytes after the end", len(d.b))
 	}
 	return c, nil
+}
+
+var errShort = errors.New("entry too short")
+
+// decoder reads the binary encoding; after the first error every read
+// returns zero and err stays set.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || len(d.b) == 0 {
+		d.err = errShort
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = errShort
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = errShort
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) string() string {
+	n := d.uvarint()
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.err = errShort
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
 }
 
 // Result is what applying one command returns to its proposer.

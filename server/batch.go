@@ -43,9 +43,13 @@ func (a *api) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchR
 	return connect.NewResponse(resp), nil
 }
 
-// batchItem runs one item.
+// batchItem runs one item. No item waits (a queued Acquire returns at once),
+// so items ignore the request's cancellation: each finishes when its entry
+// commits or the node loses leadership, and saves a goroutine that would
+// watch the context.
 func (a *api) batchItem(ctx context.Context, i int, it *fencelockv1.BatchItem) *fencelockv1.BatchResult {
 	s := (*Server)(a)
+	ctx = context.WithoutCancel(ctx)
 	fail := func(method string, err error) *fencelockv1.BatchResult {
 		a.count(method, err)
 		return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Error{Error: wire.ToBatchError(err)}}

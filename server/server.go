@@ -230,13 +230,17 @@ func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 	cmd.Now = time.Now().UnixNano()
 	start := time.Now()
 	f := s.raft.Apply(cmd.Encode(), s.cfg.ApplyTimeout)
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
 	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(cmd.Op), fencelock.ErrUnavailable, ctx.Err())
+	if ctx.Done() == nil {
+		err = f.Error() // nothing else to wait for (Batch items): no goroutine
+	} else {
+		done := make(chan error, 1)
+		go func() { done <- f.Error() }()
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(cmd.Op), fencelock.ErrUnavailable, ctx.Err())
+		}
 	}
 	s.metrics.applySeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
