@@ -106,24 +106,29 @@ func freePort() (string, error) {
 }
 
 // Fencelock is the Target of a fencelock service, through the real client
-// package. All lockers share one client (one pooled HTTP transport).
+// package. All lockers share one client (one pooled HTTP transport), which
+// batches their concurrent calls unless noBatch.
 type Fencelock struct {
-	c   *client.Client
-	ttl time.Duration
+	name string
+	c    *client.Client
+	ttl  time.Duration
 }
 
-// NewFencelock returns a Target of the service at addr (a comma-separated
-// list for a cluster); grants have the given TTL (kept alive by the client
-// while held).
-func NewFencelock(addr string, ttl time.Duration) (*Fencelock, error) {
-	c, err := client.New(strings.Split(addr, ",")...)
+// NewFencelock returns a Target named name of the service at addr (a
+// comma-separated list for a cluster); grants have the given TTL (kept
+// alive by the client while held). noBatch sends every call as its own
+// request (client.Config.NoBatch).
+func NewFencelock(name, addr string, ttl time.Duration, noBatch bool) (*Fencelock, error) {
+	cfg := client.DefaultConfig(strings.Split(addr, ",")...)
+	cfg.NoBatch = noBatch
+	c, err := client.NewFromConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Fencelock{c: c, ttl: ttl}, nil
+	return &Fencelock{name: name, c: c, ttl: ttl}, nil
 }
 
-func (f *Fencelock) Name() string { return "fencelock" }
+func (f *Fencelock) Name() string { return f.name }
 func (f *Fencelock) Close() error { return f.c.Close() }
 
 func (f *Fencelock) NewLocker(_ context.Context, id int) (Locker, error) {

@@ -80,6 +80,7 @@ type Report struct {
 	Command string
 	Started time.Time
 	PerCell time.Duration
+	Runs    int // measured runs per cell and system; results are their median
 	Machine Machine
 	Targets []string // column order; the first is the one the ratios are of
 	Results []Result
@@ -144,7 +145,12 @@ func (rp *Report) WriteMarkdown(w io.Writer) error {
 	m := rp.Machine
 	p("# fencelock benchmark: acquire+release against its peers\n\n")
 	p("- command: `%s`\n", rp.Command)
-	p("- started: %s; %v per cell per system; one run (not a median)\n", rp.Started.UTC().Format(time.RFC3339), rp.PerCell)
+	if rp.Runs > 1 {
+		p("- started: %s; %v per cell per system; **median of %d runs** (the runs of a cell take turns between systems; every run's pairs/s is in the detail table)\n",
+			rp.Started.UTC().Format(time.RFC3339), rp.PerCell, rp.Runs)
+	} else {
+		p("- started: %s; %v per cell per system; one run (not a median)\n", rp.Started.UTC().Format(time.RFC3339), rp.PerCell)
+	}
 	p("- machine: %d CPUs, %s; %s\n", m.CPUs, m.CPUModel, m.GoVersion)
 	p("- fsync (4 KiB write + fsync, %s): p50 %s, p99 %s\n", rp.DataDir, ms(m.FsyncP50), ms(m.FsyncP99))
 	p("- load average (1/5/15 min) before: %s, after: %s — the load generator and all servers share these CPUs, and other work may run on the machine\n", m.LoadBefore, m.LoadAfter)
@@ -187,8 +193,8 @@ func (rp *Report) WriteMarkdown(w io.Writer) error {
 	p("Acquire latency is from the call to the grant, so in one-lock cells it includes the wait in line. ")
 	p("Fairness is max/min grants per client (one-lock cells). Tokens: every grant's token was above the previous grant's on the same lock, and no grant overlapped another. ")
 	p("CPU is cores used on average: gen = the load generator (this process, all clients), server = the service's process.\n\n")
-	p("| cell | system | pairs/s | acquire p50 | acquire p99 | fairness (max/min) | tokens | errors | gen CPU | server CPU |\n")
-	p("|---|---|---:|---:|---:|---:|---|---:|---:|---:|\n")
+	p("| cell | system | pairs/s | runs | acquire p50 | acquire p99 | fairness (max/min) | tokens | errors | gen CPU | server CPU |\n")
+	p("|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, c := range rp.cells() {
 		for _, t := range rp.Targets {
 			r, ok := rp.find(t, c)
@@ -199,7 +205,15 @@ func (rp *Report) WriteMarkdown(w io.Writer) error {
 			if r.FirstErr != nil {
 				errs += fmt.Sprintf(" (first: %s)", strings.ReplaceAll(r.FirstErr.Error(), "|", "/"))
 			}
-			p("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", c, t, r.PairsPerSec(), ms(r.P50), ms(r.P99),
+			runs := "–"
+			if len(r.Runs) > 1 {
+				var rs []string
+				for _, x := range r.Runs {
+					rs = append(rs, fmt.Sprintf("%.0f", x))
+				}
+				runs = strings.Join(rs, ", ")
+			}
+			p("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, t, r.PairsPerSec(), runs, ms(r.P50), ms(r.P99),
 				fairness(r), tokens(r), errs, cpu(r.GenCPU), cpu(r.ServerCPU))
 		}
 	}

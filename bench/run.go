@@ -53,6 +53,33 @@ type Result struct {
 	// by this process (the load generator) and by the server process (-1
 	// when its pid is unknown).
 	GenCPU, ServerCPU float64
+	// Runs are the pairs/s of every measured run of this cell and target,
+	// in order, when the result is the median of several.
+	Runs []float64
+}
+
+// Median returns the run with the median pairs/s (the lower middle one for
+// an even count), with Runs set to every run's pairs/s.
+func Median(runs []Result) Result {
+	if len(runs) == 0 {
+		return Result{}
+	}
+	sorted := slices.Clone(runs)
+	slices.SortFunc(sorted, func(a, b Result) int {
+		switch {
+		case a.PairsPerSec() < b.PairsPerSec():
+			return -1
+		case a.PairsPerSec() > b.PairsPerSec():
+			return 1
+		}
+		return 0
+	})
+	m := sorted[(len(sorted)-1)/2]
+	m.Runs = nil
+	for _, r := range runs {
+		m.Runs = append(m.Runs, r.PairsPerSec())
+	}
+	return m
 }
 
 // PairsPerSec is completed pairs per second of wall time.

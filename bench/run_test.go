@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -111,5 +112,23 @@ func TestLockLog(t *testing.T) {
 	l.exit()
 	if l.overlaps != 1 || l.violations != 1 {
 		t.Errorf("overlaps %d, violations %d; want 1, 1", l.overlaps, l.violations)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	runs := []Result{
+		{Pairs: 300, Elapsed: time.Second, P50: 3},
+		{Pairs: 100, Elapsed: time.Second, P50: 1},
+		{Pairs: 200, Elapsed: time.Second, P50: 2},
+	}
+	m := Median(runs)
+	if m.Pairs != 200 || m.P50 != 2 {
+		t.Fatalf("Median of 300, 100, 200 pairs/s = %d pairs (p50 %v), want the 200 run whole", m.Pairs, m.P50)
+	}
+	if want := []float64{300, 100, 200}; !slices.Equal(m.Runs, want) {
+		t.Fatalf("Median's Runs = %v, want every run in order %v", m.Runs, want)
+	}
+	if m := Median(runs[:2]); m.Pairs != 100 {
+		t.Fatalf("Median of two runs = %d pairs, want the lower one", m.Pairs)
 	}
 }

@@ -44,7 +44,7 @@ type options struct {
 	fencelockBin, fencelockAddr              string
 	etcdAddr, redisAOFAddr, redisNoPAddr     string
 	smoke, redisTwoStep                      bool
-	fsyncN                                   int
+	fsyncN, runs                             int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -57,7 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	locks := fs.String("locks", "own,one", "comma-separated: own (each client its own lock), one (all on one lock)")
 	fs.StringVar(&o.out, "out", "bench-results.md", "markdown file to write")
 	fs.BoolVar(&o.smoke, "smoke", false, "very short run (200 ms per cell, no warm-up, 20 fsyncs) that checks the harness, not the numbers")
-	fs.StringVar(&o.systems, "systems", "fencelock,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of")
+	fs.StringVar(&o.systems, "systems", "fencelock,fencelock-nobatch,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of; fencelock-nobatch is the same server with client batching off")
 	fs.StringVar(&o.peersDir, "peers-dir", "", "directory given to peers.sh up: reads peers.env (addresses) and *.pid (for server CPU)")
 	fs.StringVar(&o.workDir, "work-dir", "", "directory for fencelock's data and the fsync probe (default: a new temporary directory, removed after)")
 	fs.StringVar(&o.fencelockBin, "fencelock-bin", "", "fencelock binary to start as 'serve' (go build -o BIN ./cmd/fencelock)")
@@ -70,6 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.redisTwoStep, "redis-two-step", false, "Redis acquire as two commands (SET NX PX, then INCR) instead of one Lua script")
 	fs.DurationVar(&o.pause, "pause", 200*time.Millisecond, "idle time between two measured runs")
 	fs.IntVar(&o.fsyncN, "fsync-samples", 200, "fsyncs for the machine's fsync latency")
+	fs.IntVar(&o.runs, "runs", 3, "measured runs per cell and system; the report gives the median (the runs of a cell take turns between systems)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -77,7 +78,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if o.smoke {
-		o.duration, o.warmup, o.fsyncN, o.pause = 200*time.Millisecond, 0, 20, 0
+		o.duration, o.warmup, o.fsyncN, o.pause, o.runs = 200*time.Millisecond, 0, 20, 0, 1
+	}
+	if o.runs < 1 || o.runs > 100 {
+		return o, fmt.Errorf("--runs: %d is not in 1..100", o.runs)
 	}
 	for _, s := range strings.Split(*clients, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -157,7 +161,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	logf("measuring fsync latency in %s", workDir)
 	rp := &bench.Report{
-		Command: "fencebench " + strings.Join(args, " "), Started: time.Now(), PerCell: o.duration,
+		Command: "fencebench " + strings.Join(args, " "), Started: time.Now(), PerCell: o.duration, Runs: o.runs,
 		Machine: bench.DescribeMachine(workDir, o.fsyncN), DataDir: workDir,
 	}
 	logf("machine: %d CPUs, %s, fsync p50 %v p99 %v, load %s", rp.Machine.CPUs, rp.Machine.CPUModel,
@@ -171,6 +175,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	var targets []bench.Target
 	serverPID := map[string]int{}
+	startedAddr, startedPID := "", 0 // the fencelock server this run started, shared by fencelock and fencelock-nobatch
 	defer func() {
 		for _, t := range targets {
 			t.Close()
@@ -180,8 +185,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		name = strings.TrimSpace(name)
 		var t bench.Target
 		switch name {
-		case "fencelock":
+		case "fencelock", "fencelock-nobatch":
 			addr := o.fencelockAddr
+			if addr == "" {
+				addr = startedAddr
+			}
 			if addr == "" {
 				if o.fencelockBin == "" {
 					return errors.New("fencelock: give --fencelock-bin (go build -o BIN ./cmd/fencelock) or --fencelock-addr")
@@ -192,11 +200,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 					return err
 				}
 				defer srv.Stop()
-				addr = srv.Addr
-				serverPID[name] = srv.PID()
+				addr, startedAddr, startedPID = srv.Addr, srv.Addr, srv.PID()
 				rp.Notes = append(rp.Notes, "fencelock: one node, `fencelock serve` as built from this tree, Raft log fsync on (the default)")
 			}
-			t, err = bench.NewFencelock(addr, o.ttl)
+			if startedPID != 0 {
+				serverPID[name] = startedPID
+			}
+			t, err = bench.NewFencelock(name, addr, o.ttl, name == "fencelock-nobatch")
 		case "etcd":
 			if o.etcdAddr == "" {
 				return errors.New("etcd: give --etcd or --peers-dir")
@@ -240,33 +250,39 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
 	failed := false
 	for ci, c := range cells {
-		for _, t := range targets {
-			prefix := fmt.Sprintf("fencebench/%s/%d/%s", runID, ci, t.Name())
-			if o.warmup > 0 {
-				if _, err := bench.RunCell(ctx, t, c, o.warmup, prefix+"/warm", 0); err != nil {
-					return fmt.Errorf("%s, %s: warm-up: %w", t.Name(), c, err)
+		runs := make([][]bench.Result, len(targets))
+		for run := range o.runs {
+			for ti, t := range targets {
+				prefix := fmt.Sprintf("fencebench/%s/%d/%d/%s", runID, ci, run, t.Name())
+				if o.warmup > 0 {
+					if _, err := bench.RunCell(ctx, t, c, o.warmup, prefix+"/warm", 0); err != nil {
+						return fmt.Errorf("%s, %s: warm-up: %w", t.Name(), c, err)
+					}
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				r, err := bench.RunCell(ctx, t, c, o.duration, prefix, serverPID[t.Name()])
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", t.Name(), c, err)
+				}
+				runs[ti] = append(runs[ti], r)
+				logf("%-22s %-18s run %d/%d %8.0f pairs/s  p50 %-10v p99 %-10v grants %d..%d  errors %d  tokens-bad %d overlaps %d  cpu gen %.2f srv %.2f",
+					c, t.Name(), run+1, o.runs, r.PairsPerSec(), r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
+					r.MinGrants, r.MaxGrants, r.Errors, r.TokenViolations, r.Overlaps, r.GenCPU, r.ServerCPU)
+				if r.FirstErr != nil {
+					logf("  first error: %v", r.FirstErr)
+				}
+				if !r.OK() {
+					failed = true
+				}
+				if o.pause > 0 {
+					time.Sleep(o.pause)
 				}
 			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			r, err := bench.RunCell(ctx, t, c, o.duration, prefix, serverPID[t.Name()])
-			if err != nil {
-				return fmt.Errorf("%s, %s: %w", t.Name(), c, err)
-			}
-			rp.Results = append(rp.Results, r)
-			logf("%-22s %-16s %8.0f pairs/s  p50 %-10v p99 %-10v grants %d..%d  errors %d  tokens-bad %d overlaps %d  cpu gen %.2f srv %.2f",
-				c, t.Name(), r.PairsPerSec(), r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
-				r.MinGrants, r.MaxGrants, r.Errors, r.TokenViolations, r.Overlaps, r.GenCPU, r.ServerCPU)
-			if r.FirstErr != nil {
-				logf("  first error: %v", r.FirstErr)
-			}
-			if !r.OK() {
-				failed = true
-			}
-			if o.pause > 0 {
-				time.Sleep(o.pause)
-			}
+		}
+		for ti := range targets {
+			rp.Results = append(rp.Results, bench.Median(runs[ti]))
 		}
 	}
 	rp.Machine.LoadAfter = bench.LoadAvg()
