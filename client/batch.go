@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,17 +22,10 @@ import (
 // meanwhile. A lone caller pays no delay; many concurrent callers share
 // HTTP requests, and the server applies their Raft entries together (one
 // append, one sync). This is group commit, done in the client.
-var (
-	maxInFlight = envInt("FENCELOCK_MAXINFLIGHT", 2)
+const (
+	maxInFlight = 4
 	maxBatch    = 256
 )
-
-func envInt(k string, d int) int {
-	if v, err := strconv.Atoi(os.Getenv(k)); err == nil {
-		return v
-	}
-	return d
-}
 
 // errNoBatch: the node does not serve Batch (an older version); the call
 // goes unary.
