@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -24,10 +25,13 @@ type Etcd struct {
 	ttl int // session TTL in seconds
 }
 
-// NewEtcd connects to the etcd at addr (host:port).
+// NewEtcd connects to the etcd at addr (host:port, or a comma-separated
+// list for a cluster).
 func NewEtcd(ctx context.Context, addr string, ttl time.Duration) (*Etcd, error) {
+	eps := strings.Split(addr, ",")
+	addr = eps[0]
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Context: ctx, Logger: zap.NewNop()})
+		Endpoints: eps, DialTimeout: 5 * time.Second, Context: ctx, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}

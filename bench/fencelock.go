@@ -16,67 +16,103 @@ import (
 	"github.com/fencelock/fencelock/client"
 )
 
-// Server is a "fencelock serve" process started by StartServer.
+// Server is a "fencelock serve" process started by StartServers.
 type Server struct {
 	Addr string // API address, host:port
 	cmd  *exec.Cmd
 	done chan error
+	log  string
 }
 
 // PID returns the server's process id.
 func (s *Server) PID() int { return s.cmd.Process.Pid }
 
-// StartServer runs "bin serve" on two free loopback ports with its Raft log
-// in dataDir (fsync on, as shipped) and waits until GET /readyz answers 200,
-// for at most 30 s. The server's log goes to dataDir/serve.log.
-func StartServer(ctx context.Context, bin, dataDir string) (*Server, error) {
-	api, err := freePort()
-	if err != nil {
-		return nil, err
+// StartServers runs n "bin serve" processes on free loopback ports, each
+// with its Raft log under dataDir/nI (fsync on, as shipped); n > 1 makes
+// them one cluster (--bootstrap). It waits until a node's GET /readyz
+// answers 200 (a ready leader), for at most 30 s. Each node's log goes to
+// dataDir/nI/serve.log.
+func StartServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, error) {
+	var apis, rafts, voters []string
+	for i := range n {
+		api, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		raftAddr, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		apis, rafts = append(apis, api), append(rafts, raftAddr)
+		voters = append(voters, fmt.Sprintf("n%d=%s", i+1, raftAddr))
 	}
-	raftAddr, err := freePort()
-	if err != nil {
-		return nil, err
+	var srvs []*Server
+	stopAll := func() {
+		for _, s := range srvs {
+			s.Stop()
+		}
 	}
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, err
+	for i := range n {
+		dir := filepath.Join(dataDir, fmt.Sprintf("n%d", i+1))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			stopAll()
+			return nil, err
+		}
+		args := []string{"serve", "--listen", apis[i], "--raft-addr", rafts[i],
+			"--data-dir", filepath.Join(dir, "data"), "--log-level", "warn"}
+		if n > 1 {
+			args = append(args, "--node-id", fmt.Sprintf("n%d", i+1), "--bootstrap", strings.Join(voters, ","))
+		}
+		s, err := startServer(bin, apis[i], filepath.Join(dir, "serve.log"), args)
+		if err != nil {
+			stopAll()
+			return nil, err
+		}
+		srvs = append(srvs, s)
 	}
-	logf, err := os.Create(filepath.Join(dataDir, "serve.log"))
+	deadline := time.Now().Add(30 * time.Second)
+	hc := &http.Client{Timeout: time.Second}
+	for time.Now().Before(deadline) {
+		for _, s := range srvs {
+			select {
+			case err := <-s.done:
+				stopAll()
+				return nil, fmt.Errorf("fencelock serve exited before ready (%v); see %s", err, s.log)
+			default:
+			}
+			resp, err := hc.Get("http://" + s.Addr + "/readyz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return srvs, nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			stopAll()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	stopAll()
+	return nil, fmt.Errorf("no fencelock node ready after 30 s; see the serve.log files under %s", dataDir)
+}
+
+func startServer(bin, api, logPath string, args []string) (*Server, error) {
+	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, "serve", "--listen", api, "--raft-addr", raftAddr,
-		"--data-dir", filepath.Join(dataDir, "data"), "--log-level", "warn")
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start fencelock: %w", err)
 	}
-	s := &Server{Addr: api, cmd: cmd, done: make(chan error, 1)}
+	s := &Server{Addr: api, cmd: cmd, done: make(chan error, 1), log: logPath}
 	go func() { s.done <- cmd.Wait() }()
-
-	deadline := time.Now().Add(30 * time.Second)
-	hc := &http.Client{Timeout: time.Second}
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-s.done:
-			return nil, fmt.Errorf("fencelock serve exited before ready (%v); see %s", err, logf.Name())
-		case <-ctx.Done():
-			s.Stop()
-			return nil, ctx.Err()
-		default:
-		}
-		resp, err := hc.Get("http://" + api + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s, nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	s.Stop()
-	return nil, fmt.Errorf("fencelock serve not ready after 30 s; see %s", logf.Name())
+	return s, nil
 }
 
 // Stop ends the server with SIGTERM, and SIGKILL after 10 s.

@@ -2,6 +2,7 @@
 # peers.sh up DIR   installs (only if missing) and starts the benchmark's peers on
 #                   loopback, with throwaway data under DIR:
 #                     etcd (single node, default fsync)  client 127.0.0.1:23791, peer :23801
+#                       (ETCD_NODES=3 or 5: that many members, clients :23791.., peers :23801..)
 #                     redis, no persistence              127.0.0.1:63791
 #                     redis, appendonly + fsync always   127.0.0.1:63792
 #                   It writes DIR/peers.env (addresses) and one DIR/NAME.pid per process.
@@ -12,6 +13,7 @@
 # Every wait is bounded; nothing listens on anything but 127.0.0.1.
 set -euo pipefail
 
+ETCD_NODES=${ETCD_NODES:-1}
 ETCD_PORT=${ETCD_PORT:-23791}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-23801}
 REDIS_NOPERSIST_PORT=${REDIS_NOPERSIST_PORT:-63791}
@@ -70,29 +72,47 @@ up() {
 	install_missing
 	mkdir -p "$dir"
 	dir=$(cd "$dir" && pwd)
-	for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$REDIS_NOPERSIST_PORT" "$REDIS_AOF_PORT"; do
+	local etcd_names=() cluster="" addrs="" i
+	if [ "$ETCD_NODES" -eq 1 ]; then
+		etcd_names=(etcd)
+	else
+		for i in $(seq 1 "$ETCD_NODES"); do etcd_names+=("etcd-$i"); done
+	fi
+	for i in "${!etcd_names[@]}"; do
+		port_free $((ETCD_PORT + i)) || { log "port $((ETCD_PORT + i)) is already in use on 127.0.0.1; set ETCD_PORT"; exit 1; }
+		port_free $((ETCD_PEER_PORT + i)) || { log "port $((ETCD_PEER_PORT + i)) is already in use on 127.0.0.1; set ETCD_PEER_PORT"; exit 1; }
+		cluster+="${cluster:+,}${etcd_names[$i]}=http://127.0.0.1:$((ETCD_PEER_PORT + i))"
+		addrs+="${addrs:+,}127.0.0.1:$((ETCD_PORT + i))"
+	done
+	for p in "$REDIS_NOPERSIST_PORT" "$REDIS_AOF_PORT"; do
 		port_free "$p" || { log "port $p is already in use on 127.0.0.1; set the *_PORT variables"; exit 1; }
 	done
-	mkdir -p "$dir/etcd" "$dir/redis-nopersist" "$dir/redis-aof"
+	mkdir -p "$dir/redis-nopersist" "$dir/redis-aof"
 
-	start etcd etcd --name bench --data-dir "$dir/etcd" \
-		--listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-		--listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-		--initial-cluster "bench=http://127.0.0.1:$ETCD_PEER_PORT" --initial-cluster-state new \
-		--logger zap --log-level warn
+	for i in "${!etcd_names[@]}"; do
+		local name=${etcd_names[$i]} cport=$((ETCD_PORT + i)) pport=$((ETCD_PEER_PORT + i))
+		mkdir -p "$dir/$name"
+		start "$name" etcd --name "$name" --data-dir "$dir/$name" \
+			--listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
+			--listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+			--initial-cluster "$cluster" --initial-cluster-state new \
+			--logger zap --log-level warn
+	done
 	start redis-nopersist redis-server --bind 127.0.0.1 --port "$REDIS_NOPERSIST_PORT" --dir "$dir/redis-nopersist" \
 		--save '' --appendonly no --daemonize no --protected-mode yes --logfile ''
 	start redis-aof redis-server --bind 127.0.0.1 --port "$REDIS_AOF_PORT" --dir "$dir/redis-aof" \
 		--save '' --appendonly yes --appendfsync always --daemonize no --protected-mode yes --logfile ''
 
-	wait_for etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+	for i in "${!etcd_names[@]}"; do
+		wait_for "${etcd_names[$i]}" curl -fsS "http://127.0.0.1:$((ETCD_PORT + i))/health"
+	done
 	wait_for redis-nopersist redis-cli -h 127.0.0.1 -p "$REDIS_NOPERSIST_PORT" ping
 	wait_for redis-aof redis-cli -h 127.0.0.1 -p "$REDIS_AOF_PORT" ping
 	[ "$(redis-cli -h 127.0.0.1 -p "$REDIS_AOF_PORT" config get appendfsync | tail -1)" = always ] ||
 		{ log "redis-aof is not fsync-always"; exit 1; }
 
 	cat >"$dir/peers.env" <<EOF
-ETCD_ADDR=127.0.0.1:$ETCD_PORT
+ETCD_ADDR=$addrs
 REDIS_NOPERSIST_ADDR=127.0.0.1:$REDIS_NOPERSIST_PORT
 REDIS_AOF_ADDR=127.0.0.1:$REDIS_AOF_PORT
 EOF
@@ -123,10 +143,13 @@ stop() {
 
 down() {
 	[ -d "$dir" ] || { log "$dir does not exist; nothing to stop"; return 0; }
-	stop etcd etcd
+	local f
+	for f in "$dir"/etcd*.pid; do
+		if [ -e "$f" ]; then stop "$(basename "$f" .pid)" etcd; fi
+	done
 	stop redis-nopersist redis-server
 	stop redis-aof redis-server
-	rm -rf "$dir/etcd" "$dir/redis-nopersist" "$dir/redis-aof" "$dir/peers.env" "$dir"/*.log
+	rm -rf "$dir"/etcd "$dir"/etcd-* "$dir/redis-nopersist" "$dir/redis-aof" "$dir/peers.env" "$dir"/*.log
 	rmdir "$dir" 2>/dev/null || true
 }
 

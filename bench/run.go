@@ -131,9 +131,10 @@ func (l *lockLog) enter(tok uint64) {
 func (l *lockLog) exit() { l.holders.Add(-1) }
 
 // RunCell runs the acquire+release loop of cell against t for d. Lock names
-// start with prefix, which must be new for every call. serverPID is the
-// server's process id for its CPU figure, 0 if unknown.
-func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix string, serverPID int) (Result, error) {
+// start with prefix, which must be new for every call. serverPIDs are the
+// service's processes (every node), for the server CPU figure; none or 0
+// if unknown.
+func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix string, serverPIDs ...int) (Result, error) {
 	res := Result{Target: t.Name(), Cell: cell, ServerCPU: -1}
 	lockers := make([]Locker, cell.Clients)
 	defer func() {
@@ -166,7 +167,7 @@ func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix s
 	errs := make([]int, cell.Clients)
 	firstErr := make([]error, cell.Clients)
 
-	cpu0, srv0 := selfCPU(), procCPU(serverPID)
+	cpu0, srv0 := selfCPU(), procsCPU(serverPIDs)
 	start := time.Now()
 	deadline := start.Add(d)
 	actx, cancel := context.WithDeadline(ctx, deadline)
@@ -211,8 +212,8 @@ func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix s
 	wg.Wait()
 	res.Elapsed = time.Since(start)
 	res.GenCPU = (selfCPU() - cpu0).Seconds() / res.Elapsed.Seconds()
-	if serverPID > 0 && srv0 >= 0 {
-		if srv1 := procCPU(serverPID); srv1 >= 0 {
+	if srv0 >= 0 {
+		if srv1 := procsCPU(serverPIDs); srv1 >= 0 {
 			res.ServerCPU = (srv1 - srv0).Seconds() / res.Elapsed.Seconds()
 		}
 	}
@@ -253,6 +254,23 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procsCPU returns the CPU time of all pids together, or -1 if any is
+// unknown (or there are none).
+func procsCPU(pids []int) time.Duration {
+	if len(pids) == 0 {
+		return -1
+	}
+	var sum time.Duration
+	for _, pid := range pids {
+		c := procCPU(pid)
+		if c < 0 {
+			return -1
+		}
+		sum += c
+	}
+	return sum
 }
 
 // procCPU returns the user+system CPU time of pid from /proc, or -1.

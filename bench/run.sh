@@ -6,7 +6,9 @@
 #   bench/run.sh --smoke --out /tmp/smoke.md          # checks the harness, ~10 s
 #   bench/run.sh --duration 3s --out bench-results.md  # a real run, ~2 min
 #
-# Flags: see `go run ./cmd/fencebench -h` (in bench/): --duration, --clients,
+#   bench/run.sh --nodes 3 --out bench-3nodes.md      # three fencelock nodes against three etcd members
+#
+# Flags: see `go run ./cmd/fencebench -h` (in bench/): --duration, --clients, --runs, --nodes,
 # --locks, --out, --smoke, --systems, --ttl, --redis-retry, --redis-two-step.
 # fencelock's data and the fsync probe go under the same temporary directory
 # (so every server writes to the same file system); TMPDIR moves it.
@@ -22,5 +24,15 @@ trap cleanup EXIT
 echo "run: building fencelock and fencebench" >&2
 (cd "$repo" && go build -o "$work/fencelock" ./cmd/fencelock)
 (cd "$here" && go build -o "$work/fencebench" ./cmd/fencebench)
-"$here/peers.sh" up "$work/peers"
+# --nodes N starts N fencelock nodes (in fencebench) and N etcd members.
+nodes=1
+prev=""
+for a in "$@"; do
+	case $a in
+	--nodes=*) nodes=${a#--nodes=} ;;
+	esac
+	[ "$prev" = --nodes ] && nodes=$a
+	prev=$a
+done
+ETCD_NODES=$nodes "$here/peers.sh" up "$work/peers"
 "$work/fencebench" --fencelock-bin "$work/fencelock" --peers-dir "$work/peers" --work-dir "$work/data" "$@"

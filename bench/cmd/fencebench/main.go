@@ -44,7 +44,7 @@ type options struct {
 	fencelockBin, fencelockAddr              string
 	etcdAddr, redisAOFAddr, redisNoPAddr     string
 	smoke, redisTwoStep                      bool
-	fsyncN, runs                             int
+	fsyncN, runs, nodes                      int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -70,6 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.redisTwoStep, "redis-two-step", false, "Redis acquire as two commands (SET NX PX, then INCR) instead of one Lua script")
 	fs.DurationVar(&o.pause, "pause", 200*time.Millisecond, "idle time between two measured runs")
 	fs.IntVar(&o.fsyncN, "fsync-samples", 200, "fsyncs for the machine's fsync latency")
+	fs.IntVar(&o.nodes, "nodes", 1, "fencelock nodes to start (1, 3 or 5; one Raft group); run.sh starts as many etcd members")
 	fs.IntVar(&o.runs, "runs", 3, "measured runs per cell and system; the report gives the median (the runs of a cell take turns between systems)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -79,6 +80,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.smoke {
 		o.duration, o.warmup, o.fsyncN, o.pause, o.runs = 200*time.Millisecond, 0, 20, 0, 1
+	}
+	if o.nodes != 1 && o.nodes != 3 && o.nodes != 5 {
+		return o, fmt.Errorf("--nodes: %d; use 1, 3 or 5", o.nodes)
 	}
 	if o.runs < 1 || o.runs > 100 {
 		return o, fmt.Errorf("--runs: %d is not in 1..100", o.runs)
@@ -107,8 +111,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 }
 
 // readPeers reads DIR/peers.env and the pids of DIR/*.pid.
-func readPeers(dir string) (addrs map[string]string, pids map[string]int, err error) {
-	addrs, pids = map[string]string{}, map[string]int{}
+func readPeers(dir string) (addrs map[string]string, pids map[string][]int, err error) {
+	addrs, pids = map[string]string{}, map[string][]int{}
 	f, err := os.Open(filepath.Join(dir, "peers.env"))
 	if err != nil {
 		return nil, nil, fmt.Errorf("peers: %w (run bench/peers.sh up %s first)", err, dir)
@@ -120,10 +124,14 @@ func readPeers(dir string) (addrs map[string]string, pids map[string]int, err er
 			addrs[k] = v
 		}
 	}
-	for _, name := range []string{"etcd", "redis-aof", "redis-nopersist"} {
+	for _, name := range []string{"etcd", "etcd-1", "etcd-2", "etcd-3", "etcd-4", "etcd-5", "redis-aof", "redis-nopersist"} {
 		if b, err := os.ReadFile(filepath.Join(dir, name+".pid")); err == nil {
 			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				pids[name] = pid
+				system, _, _ := strings.Cut(name, "-") // etcd-2 is a member of etcd
+				if strings.HasPrefix(name, "redis") {
+					system = name
+				}
+				pids[system] = append(pids[system], pid)
 			}
 		}
 	}
@@ -137,7 +145,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
 
-	pids := map[string]int{}
+	pids := map[string][]int{}
 	if o.peersDir != "" {
 		addrs, p, err := readPeers(o.peersDir)
 		if err != nil {
@@ -174,8 +182,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 
 	var targets []bench.Target
-	serverPID := map[string]int{}
-	startedAddr, startedPID := "", 0 // the fencelock server this run started, shared by fencelock and fencelock-nobatch
+	serverPID := map[string][]int{}
+	startedAddr, startedPIDs := "", []int(nil) // the fencelock nodes this run started, shared by fencelock and fencelock-nobatch
 	defer func() {
 		for _, t := range targets {
 			t.Close()
@@ -194,24 +202,35 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 				if o.fencelockBin == "" {
 					return errors.New("fencelock: give --fencelock-bin (go build -o BIN ./cmd/fencelock) or --fencelock-addr")
 				}
-				logf("starting %s serve", o.fencelockBin)
-				srv, err := bench.StartServer(ctx, o.fencelockBin, filepath.Join(workDir, "fencelock"))
+				logf("starting %d × %s serve", o.nodes, o.fencelockBin)
+				srvs, err := bench.StartServers(ctx, o.fencelockBin, filepath.Join(workDir, "fencelock"), o.nodes)
 				if err != nil {
 					return err
 				}
-				defer srv.Stop()
-				addr, startedAddr, startedPID = srv.Addr, srv.Addr, srv.PID()
-				rp.Notes = append(rp.Notes, "fencelock: one node, `fencelock serve` as built from this tree, Raft log fsync on (the default)")
+				var addrs []string
+				for _, srv := range srvs {
+					defer srv.Stop()
+					addrs = append(addrs, srv.Addr)
+					startedPIDs = append(startedPIDs, srv.PID())
+				}
+				addr = strings.Join(addrs, ",")
+				startedAddr = addr
+				if o.nodes == 1 {
+					rp.Notes = append(rp.Notes, "fencelock: one node, `fencelock serve` as built from this tree, Raft log fsync on (the default)")
+				} else {
+					rp.Notes = append(rp.Notes, fmt.Sprintf("fencelock: %d nodes (one Raft group) on this machine, `fencelock serve` as built from this tree, fsync on; the client is given every node; server CPU is all nodes together", o.nodes))
+				}
 			}
-			if startedPID != 0 {
-				serverPID[name] = startedPID
-			}
+			serverPID[name] = startedPIDs
 			t, err = bench.NewFencelock(name, addr, o.ttl, name == "fencelock-nobatch")
 		case "etcd":
 			if o.etcdAddr == "" {
 				return errors.New("etcd: give --etcd or --peers-dir")
 			}
 			t, err = bench.NewEtcd(ctx, o.etcdAddr, o.ttl)
+			if n := len(strings.Split(o.etcdAddr, ",")); n > 1 {
+				rp.Notes = append(rp.Notes, fmt.Sprintf("etcd: %d members (one cluster) on this machine, the client given every member; server CPU is all members together", n))
+			}
 		case "redis-aof", "redis-nopersist":
 			addr := o.redisAOFAddr
 			if name == "redis-nopersist" {
@@ -225,6 +244,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 				maxClients = max(maxClients, c)
 			}
 			t, err = bench.NewRedis(ctx, name, addr, o.ttl, o.redisRetry, maxClients+8, o.redisTwoStep)
+			if o.nodes > 1 && name == "redis-aof" {
+				rp.Notes = append(rp.Notes, "Redis stays one server: its replication is asynchronous, so there is no replicated Redis setup with the same durability to compare")
+			}
 		default:
 			return fmt.Errorf("--systems: unknown system %q", name)
 		}
@@ -233,8 +255,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		targets = append(targets, t)
 		rp.Targets = append(rp.Targets, name)
-		if pid, ok := pids[name]; ok {
-			serverPID[name] = pid
+		if p, ok := pids[name]; ok {
+			serverPID[name] = p
 		}
 	}
 
@@ -255,14 +277,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			for ti, t := range targets {
 				prefix := fmt.Sprintf("fencebench/%s/%d/%d/%s", runID, ci, run, t.Name())
 				if o.warmup > 0 {
-					if _, err := bench.RunCell(ctx, t, c, o.warmup, prefix+"/warm", 0); err != nil {
+					if _, err := bench.RunCell(ctx, t, c, o.warmup, prefix+"/warm"); err != nil {
 						return fmt.Errorf("%s, %s: warm-up: %w", t.Name(), c, err)
 					}
 				}
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				r, err := bench.RunCell(ctx, t, c, o.duration, prefix, serverPID[t.Name()])
+				r, err := bench.RunCell(ctx, t, c, o.duration, prefix, serverPID[t.Name()]...)
 				if err != nil {
 					return fmt.Errorf("%s, %s: %w", t.Name(), c, err)
 				}
