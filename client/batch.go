@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
@@ -25,6 +26,9 @@ import (
 const (
 	maxInFlight = 4
 	maxBatch    = 256
+	// maxBatchBytes keeps a batch well under the server's 64 KiB limit on
+	// one request message, whatever the names and labels.
+	maxBatchBytes = 32 << 10
 )
 
 // errNoBatch: the node does not serve Batch (an older version); the call
@@ -84,7 +88,14 @@ func (b *batcher) do(ctx context.Context, item *fencelockv1.BatchItem) (*fencelo
 // startLocked sends queued calls while fewer than maxInFlight batches are out.
 func (b *batcher) startLocked() {
 	for b.inflight < maxInFlight && len(b.queue) > 0 {
-		n := min(len(b.queue), maxBatch)
+		n, size := 0, 0
+		for n < len(b.queue) && n < maxBatch {
+			size += proto.Size(b.queue[n].item) + 4
+			if n > 0 && size > maxBatchBytes {
+				break
+			}
+			n++
+		}
 		calls := make([]*batchCall, n)
 		copy(calls, b.queue)
 		b.queue = append(b.queue[:0], b.queue[n:]...)

@@ -155,3 +155,46 @@ func TestBatcher_CallerThatLeftIsNotSent(t *testing.T) {
 		t.Fatalf("batches sent: %v; the cancelled call must not have been sent", f.sizes)
 	}
 }
+
+// TestBatcher_SplitsLargeBatches: calls with long names leave in batches
+// that stay under the size limit.
+func TestBatcher_SplitsLargeBatches(t *testing.T) {
+	f := &fakeBatchRPC{release: make(chan struct{}), arrived: make(chan int, 100)}
+	b := &batcher{rpc: f.Batch, timeout: 10 * time.Second}
+	for i := 0; i < maxInFlight; i++ {
+		go b.do(context.Background(), renewItem(1))
+		<-f.arrived
+	}
+	long := string(make([]byte, 1000))
+	var wg sync.WaitGroup
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.do(context.Background(), &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Renew{Renew: &fencelockv1.RenewRequest{Name: long, Token: 1}}})
+		}()
+	}
+	for {
+		b.mu.Lock()
+		n := len(b.queue)
+		b.mu.Unlock()
+		if n == 100 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(f.release)
+	wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	total := 0
+	for _, n := range f.sizes[maxInFlight:] {
+		if n*1000 > maxBatchBytes {
+			t.Fatalf("a batch of %d calls of 1 KB each: over the %d-byte limit (batches %v)", n, maxBatchBytes, f.sizes)
+		}
+		total += n
+	}
+	if total != 100 {
+		t.Fatalf("batches %v carried %d of the 100 calls", f.sizes, total)
+	}
+}
