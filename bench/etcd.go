@@ -21,8 +21,9 @@ import (
 // increase in grant order (a release, a delete, comes between two grants);
 // the waiter's exact key revision would cost one more read per grant.
 type Etcd struct {
-	cli *clientv3.Client
-	ttl int // session TTL in seconds
+	cli   *clientv3.Client
+	addrs []string
+	ttl   int // session TTL in seconds
 }
 
 // NewEtcd connects to the etcd at addr (host:port, or a comma-separated
@@ -41,7 +42,12 @@ func NewEtcd(ctx context.Context, addr string, ttl time.Duration) (*Etcd, error)
 		cli.Close()
 		return nil, fmt.Errorf("etcd at %s: %w", addr, err)
 	}
-	return &Etcd{cli: cli, ttl: max(1, int(ttl/time.Second))}, nil
+	return &Etcd{cli: cli, addrs: eps, ttl: max(1, int(ttl/time.Second))}, nil
+}
+
+// Renewals sums etcd_debugging_lease_renewed_total over the members.
+func (e *Etcd) Renewals(ctx context.Context) (int64, error) {
+	return scrapeCounter(ctx, e.addrs, "etcd_debugging_lease_renewed_total")
 }
 
 func (e *Etcd) Name() string { return "etcd" }

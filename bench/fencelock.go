@@ -145,9 +145,10 @@ func freePort() (string, error) {
 // package. All lockers share one client (one pooled HTTP transport), which
 // batches their concurrent calls unless noBatch.
 type Fencelock struct {
-	name string
-	c    *client.Client
-	ttl  time.Duration
+	name  string
+	addrs []string
+	c     *client.Client
+	ttl   time.Duration
 }
 
 // NewFencelock returns a Target named name of the service at addr (a
@@ -161,7 +162,12 @@ func NewFencelock(name, addr string, ttl time.Duration, noBatch bool) (*Fenceloc
 	if err != nil {
 		return nil, err
 	}
-	return &Fencelock{name: name, c: c, ttl: ttl}, nil
+	return &Fencelock{name: name, addrs: cfg.Endpoints, c: c, ttl: ttl}, nil
+}
+
+// Renewals sums fencelock_renewals_total over the nodes.
+func (f *Fencelock) Renewals(ctx context.Context) (int64, error) {
+	return scrapeCounter(ctx, f.addrs, "fencelock_renewals_total")
 }
 
 func (f *Fencelock) Name() string { return f.name }

@@ -84,6 +84,7 @@ type Report struct {
 	Machine Machine
 	Targets []string // column order; the first is the one the ratios are of
 	Results []Result
+	Holds   []HoldResult // the renewal cell
 	Notes   []string
 	DataDir string
 }
@@ -215,6 +216,20 @@ func (rp *Report) WriteMarkdown(w io.Writer) error {
 			}
 			p("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, t, r.PairsPerSec(), runs, ms(r.P50), ms(r.P99),
 				fairness(r), tokens(r), errs, cpu(r.GenCPU), cpu(r.ServerCPU))
+		}
+	}
+	if len(rp.Holds) > 0 {
+		h0 := rp.Holds[0]
+		p("\n## Renewals: %d held locks, TTL %v\n\n", h0.Locks, h0.TTL)
+		p("Each system holds %d locks at once, one client session (lease) per lock, all through one client connection object; ", h0.Locks)
+		p("the clients renew on their own schedule (about TTL/3). Renewals are the service's own count (its metrics), in a window of %v after every lock is held.\n\n", h0.Elapsed.Round(time.Second))
+		p("| system | renewals/s | server CPU (cores) | server CPU per renewal | gen CPU |\n|---|---:|---:|---:|---:|\n")
+		for _, h := range rp.Holds {
+			per := "?"
+			if d := h.CPUPerRenewal(); d > 0 {
+				per = fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+			}
+			p("| %s | %.0f | %s | %s | %s |\n", h.Target, h.RenewalsPerSec(), cpu(h.ServerCPU), per, cpu(h.GenCPU))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

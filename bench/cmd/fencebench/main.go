@@ -44,7 +44,8 @@ type options struct {
 	fencelockBin, fencelockAddr              string
 	etcdAddr, redisAOFAddr, redisNoPAddr     string
 	smoke, redisTwoStep                      bool
-	fsyncN, runs, nodes                      int
+	fsyncN, runs, nodes, hold                int
+	holdTTL, holdFor                         time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -70,6 +71,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.redisTwoStep, "redis-two-step", false, "Redis acquire as two commands (SET NX PX, then INCR) instead of one Lua script")
 	fs.DurationVar(&o.pause, "pause", 200*time.Millisecond, "idle time between two measured runs")
 	fs.IntVar(&o.fsyncN, "fsync-samples", 200, "fsyncs for the machine's fsync latency")
+	fs.IntVar(&o.hold, "hold", 10000, "locks to hold at once for the renewal cell (fencelock and etcd; 0 skips it)")
+	fs.DurationVar(&o.holdTTL, "hold-ttl", 10*time.Second, "lease TTL of the held locks; clients renew at about TTL/3")
+	fs.DurationVar(&o.holdFor, "hold-for", 15*time.Second, "measured window of the renewal cell, after every lock is held")
 	fs.IntVar(&o.nodes, "nodes", 1, "fencelock nodes to start (1, 3 or 5; one Raft group); run.sh starts as many etcd members")
 	fs.IntVar(&o.runs, "runs", 3, "measured runs per cell and system; the report gives the median (the runs of a cell take turns between systems)")
 	if err := fs.Parse(args); err != nil {
@@ -80,6 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.smoke {
 		o.duration, o.warmup, o.fsyncN, o.pause, o.runs = 200*time.Millisecond, 0, 20, 0, 1
+		o.hold, o.holdTTL, o.holdFor = min(o.hold, 100), 2*time.Second, 1500*time.Millisecond
 	}
 	if o.nodes != 1 && o.nodes != 3 && o.nodes != 5 {
 		return o, fmt.Errorf("--nodes: %d; use 1, 3 or 5", o.nodes)
@@ -184,6 +189,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	var targets []bench.Target
 	serverPID := map[string][]int{}
 	startedAddr, startedPIDs := "", []int(nil) // the fencelock nodes this run started, shared by fencelock and fencelock-nobatch
+	fencelockAddr := ""
 	defer func() {
 		for _, t := range targets {
 			t.Close()
@@ -222,6 +228,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 				}
 			}
 			serverPID[name] = startedPIDs
+			fencelockAddr = addr
 			t, err = bench.NewFencelock(name, addr, o.ttl, name == "fencelock-nobatch")
 		case "etcd":
 			if o.etcdAddr == "" {
@@ -307,13 +314,42 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			rp.Results = append(rp.Results, bench.Median(runs[ti]))
 		}
 	}
+	if o.hold > 0 {
+		for _, t := range targets {
+			var ht bench.RenewalCounter
+			var err error
+			switch t.Name() {
+			case "fencelock", "fencelock-nobatch":
+				ht, err = bench.NewFencelock(t.Name(), fencelockAddr, o.holdTTL, t.Name() == "fencelock-nobatch")
+			case "etcd":
+				ht, err = bench.NewEtcd(ctx, o.etcdAddr, o.holdTTL)
+			default:
+				continue // Redis: the recipe has no keep-alive of its own
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.Name(), err)
+			}
+			logf("%-16s holding %d locks (TTL %v) for %v", t.Name(), o.hold, o.holdTTL, o.holdFor)
+			h, err := bench.RunHold(ctx, ht, o.hold, o.holdTTL, o.holdFor, fmt.Sprintf("fencebench/%s/hold/%s", runID, t.Name()), serverPID[t.Name()]...)
+			ht.Close()
+			if err != nil {
+				return fmt.Errorf("%s, hold: %w", t.Name(), err)
+			}
+			logf("%-16s %d renewals in %v: %.0f/s, server CPU %.2f cores, %v per renewal",
+				t.Name(), h.Renewals, h.Elapsed.Round(time.Millisecond), h.RenewalsPerSec(), h.ServerCPU, h.CPUPerRenewal())
+			if h.Renewals <= 0 {
+				failed = true
+			}
+			rp.Holds = append(rp.Holds, h)
+		}
+	}
 	rp.Machine.LoadAfter = bench.LoadAvg()
 	if err := rp.WriteFile(o.out); err != nil {
 		return err
 	}
 	logf("wrote %s", o.out)
 	if failed {
-		return errors.New("some run did no work, or broke token order or mutual exclusion (see the table)")
+		return errors.New("some run did no work (or held locks were never renewed), or broke token order or mutual exclusion (see the table)")
 	}
 	return nil
 }
