@@ -29,7 +29,9 @@ type Server struct {
 	trans   *raft.NetworkTransport
 	leases  *leaseTable
 	waiters *waiters
-	metrics *metrics
+	// leaderCheck shares VerifyLeader rounds among concurrent renewals.
+	leaderCheck *leaderCheck
+	metrics     *metrics
 	// raftStarted is set once raft.NewRaft has returned. hashicorp/raft
 	// restores the FSM from the node's own latest snapshot inside NewRaft,
 	// and afterwards only when the leader installs a snapshot, so a restore
@@ -130,6 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 	s.raft = r
+	s.leaderCheck = &leaderCheck{verify: func() error { return r.VerifyLeader().Error() }}
 	s.raftStarted.Store(true)
 	s.wg.Add(1)
 	go s.watchLeadership(notify)

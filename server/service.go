@@ -171,7 +171,10 @@ func (s *Server) Renew(ctx context.Context, name fencelock.LockName, id fenceloc
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := s.raft.VerifyLeader().Error(); err != nil {
+	if err := s.leaderCheck.check(ctx); err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("renew %q: %w: %w", name, fencelock.ErrUnavailable, ctx.Err())
+		}
 		return 0, fmt.Errorf("renew %q: %w", name, s.notLeader())
 	}
 	ttl, r := s.leases.renew(name, id, token, time.Now())
