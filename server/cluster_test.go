@@ -390,3 +390,60 @@ func TestCluster_TokenSoakWhileLeaderIsKilled(t *testing.T) {
 	}
 	t.Logf("%d grants over %d locks, 3 leader kills", len(grants), len(per))
 }
+
+// TestCluster_WaiterFollowsLeaderChange: a waiter queued on a leader that
+// is cut off from the others (so it never hears of the grant) is sent to
+// the new leader as soon as the old one steps down (not_leader), keeps its
+// place under its request id, and gets the lock when the holder releases,
+// not when its wait on the old leader would have run out.
+func TestCluster_WaiterFollowsLeaderChange(t *testing.T) {
+	cl := testproc.StartCluster(t, 3)
+	ctx := ctxFor(t, 120*time.Second)
+	c := clusterClient(t, cl.Endpoints(), 30*time.Second)
+	holder, err := c.Acquire(ctx, "handover", client.WithTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *client.Lock
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 90*time.Second) // its wait on the old leader would last this long
+		defer cancel()
+		l, err := c.Acquire(wctx, "handover", client.WithTTL(5*time.Second))
+		got <- result{l, err, time.Now()}
+	}()
+	waitFor(t, func() bool {
+		li, err := c.Describe(ctx, "handover")
+		return err == nil && len(li.Waiters) == 1
+	})
+
+	old := cl.Leader()
+	cl.Isolate(old) // its Raft links hang; clients still reach its API
+	defer cl.Heal()
+	cl.WaitLeader(old)
+	waitFor(t, func() bool { // the waiter is queued at the new leader
+		li, err := c.Describe(ctx, "handover")
+		return err == nil && len(li.Waiters) == 1
+	})
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatalf("release after the leader change: %v", err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("the waiter got %v, want the lock", r.err)
+		}
+		if r.l.Token() <= holder.Token() {
+			t.Fatalf("the waiter's token %d is not above the holder's %d", r.l.Token(), holder.Token())
+		}
+		t.Logf("granted %v after the release", r.at.Sub(released).Round(time.Millisecond))
+		r.l.Release(ctx)
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the waiter was not granted within 15 s of the release: it still waits on the old leader")
+	}
+}

@@ -185,7 +185,8 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 		case leader := <-notify:
 			if !leader {
 				s.leases.deactivate()
-				s.log.Warn("lost leadership: lease timers stopped")
+				s.waiters.failAll()
+				s.log.Warn("lost leadership: lease timers stopped, waiting acquires sent to the new leader")
 				continue
 			}
 			epoch := s.leases.currentEpoch()

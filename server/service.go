@@ -106,6 +106,9 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	defer timer.Stop()
 	select {
 	case h := <-ch:
+		if h.Token == 0 {
+			return fencelock.Grant{}, fmt.Errorf("acquire %q: stopped waiting: %w", req.Name, s.notLeader())
+		}
 		return grantOf(req.Name, h), nil
 	case <-timer.C:
 	case <-ctx.Done():
@@ -113,7 +116,7 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	// Gave up. A grant that arrived meanwhile is still ours if the caller is.
 	select {
 	case h := <-ch:
-		if ctx.Err() == nil {
+		if h.Token != 0 && ctx.Err() == nil {
 			return grantOf(req.Name, h), nil
 		}
 	default:

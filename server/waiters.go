@@ -64,6 +64,24 @@ func (w *waiters) deliver(name fencelock.LockName, h fsm.Holder) {
 	}
 }
 
+// failAll wakes every waiting Acquire with a zero Holder, meaning "this
+// node stopped being the leader": the caller answers not_leader, and the
+// client asks the new leader with the same request id, where it finds its
+// place in the queue or the grant it got meanwhile. A grant already handed
+// over stays in its channel and wins.
+func (w *waiters) failAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, chs := range w.m {
+		for _, ch := range chs {
+			select {
+			case ch <- fsm.Holder{}:
+			default:
+			}
+		}
+	}
+}
+
 // len returns the number of waiting calls.
 func (w *waiters) len() int {
 	w.mu.Lock()
