@@ -46,6 +46,9 @@ var (
 	// ErrPreconditionFailed: a conditional write's precondition (If-Match)
 	// did not hold.
 	ErrPreconditionFailed = errors.New("precondition failed")
+	// ErrUnauthenticated: a membership change without the cluster's admin
+	// token (or with a wrong one).
+	ErrUnauthenticated = errors.New("unauthenticated")
 )
 
 // Wire codes of the sentinel errors. They never change.
@@ -64,6 +67,7 @@ const (
 	CodeNotLeader          = "not_leader"
 	CodeUnavailable        = "unavailable"
 	CodePreconditionFailed = "precondition_failed"
+	CodeUnauthenticated    = "unauthenticated"
 )
 
 var codes = []struct {
@@ -84,6 +88,7 @@ var codes = []struct {
 	{CodeNotLeader, ErrNotLeader},
 	{CodeUnavailable, ErrUnavailable},
 	{CodePreconditionFailed, ErrPreconditionFailed},
+	{CodeUnauthenticated, ErrUnauthenticated},
 }
 
 // Code returns the wire code of the first sentinel err wraps, or "" if it

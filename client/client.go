@@ -43,6 +43,9 @@ type Config struct {
 	AttemptTimeout time.Duration
 	// Logger receives the client's logs (lease lost, retries).
 	Logger *slog.Logger
+	// AdminToken is sent with membership changes (AddMember, RemoveMember,
+	// TransferLeader) to a cluster started with an admin token.
+	AdminToken string
 	// NoBatch sends every call as its own request. By default, Acquire,
 	// Renew and Release calls made concurrently through one Client travel
 	// together in Batch requests (see Batch in the API), which multiplies

@@ -63,7 +63,7 @@ func (c *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
 // the new node's API address, recorded so that followers can name it.
 func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) error {
 	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
-		_, err := ep.cluster.AddMember(ctx, connect.NewRequest(&fencelockv1.AddMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr}))
+		_, err := ep.cluster.AddMember(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.AddMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr}), c.cfg.AdminToken))
 		return err
 	})
 	if err != nil {
@@ -77,7 +77,7 @@ func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 // few reachable voters for a quorum.
 func (c *Client) RemoveMember(ctx context.Context, id string) error {
 	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
-		_, err := ep.cluster.RemoveMember(ctx, connect.NewRequest(&fencelockv1.RemoveMemberRequest{Id: id}))
+		_, err := ep.cluster.RemoveMember(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.RemoveMemberRequest{Id: id}), c.cfg.AdminToken))
 		return err
 	})
 	if err != nil {
@@ -91,7 +91,7 @@ func (c *Client) RemoveMember(ctx context.Context, id string) error {
 func (c *Client) TransferLeader(ctx context.Context, id string) (string, error) {
 	var leader string
 	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.cluster.TransferLeader(ctx, connect.NewRequest(&fencelockv1.TransferLeaderRequest{Id: id}))
+		resp, err := ep.cluster.TransferLeader(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.TransferLeaderRequest{Id: id}), c.cfg.AdminToken))
 		if err != nil {
 			return err
 		}

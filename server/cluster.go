@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
@@ -67,8 +68,8 @@ func (s *Server) registerLoop() {
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
 		c := fencelockv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+leaderAPI)
-		_, err := c.AddMember(ctx, connect.NewRequest(&fencelockv1.AddMemberRequest{
-			Id: s.cfg.NodeID, RaftAddr: s.cfg.RaftAddr, ApiAddr: s.cfg.APIAddr}))
+		_, err := c.AddMember(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.AddMemberRequest{
+			Id: s.cfg.NodeID, RaftAddr: s.cfg.RaftAddr, ApiAddr: s.cfg.APIAddr}), s.cfg.AdminToken))
 		cancel()
 		if err != nil {
 			s.log.Debug("register API address with the leader failed", "leader", leaderID, "err", err)

@@ -2,10 +2,15 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
@@ -31,7 +36,22 @@ func (a *clusterAPI) Status(_ context.Context, _ *connect.Request[fencelockv1.St
 	return connect.NewResponse(resp), nil
 }
 
+// authorize checks the admin token of a membership change.
+func (a *clusterAPI) authorize(method string, h http.Header) error {
+	if a.cfg.AdminToken == "" {
+		return nil
+	}
+	got, ok := wire.AdminToken(h)
+	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AdminToken)) != 1 {
+		return (*api)(a).fail(method, fmt.Errorf("%s needs the cluster's admin token (Authorization: Bearer ...): %w", method, fencelock.ErrUnauthenticated))
+	}
+	return nil
+}
+
 func (a *clusterAPI) AddMember(ctx context.Context, req *connect.Request[fencelockv1.AddMemberRequest]) (*connect.Response[fencelockv1.AddMemberResponse], error) {
+	if err := a.authorize("AddMember", req.Header()); err != nil {
+		return nil, err
+	}
 	m := req.Msg
 	if err := (*Server)(a).AddMember(ctx, m.Id, m.RaftAddr, m.ApiAddr); err != nil {
 		return nil, (*api)(a).fail("AddMember", err)
@@ -40,6 +60,9 @@ func (a *clusterAPI) AddMember(ctx context.Context, req *connect.Request[fencelo
 }
 
 func (a *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[fencelockv1.RemoveMemberRequest]) (*connect.Response[fencelockv1.RemoveMemberResponse], error) {
+	if err := a.authorize("RemoveMember", req.Header()); err != nil {
+		return nil, err
+	}
 	if err := (*Server)(a).RemoveMember(ctx, req.Msg.Id); err != nil {
 		return nil, (*api)(a).fail("RemoveMember", err)
 	}
@@ -47,6 +70,9 @@ func (a *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[fenc
 }
 
 func (a *clusterAPI) TransferLeader(ctx context.Context, req *connect.Request[fencelockv1.TransferLeaderRequest]) (*connect.Response[fencelockv1.TransferLeaderResponse], error) {
+	if err := a.authorize("TransferLeader", req.Header()); err != nil {
+		return nil, err
+	}
 	id, err := (*Server)(a).TransferLeader(ctx, req.Msg.Id)
 	if err != nil {
 		return nil, (*api)(a).fail("TransferLeader", err)

@@ -29,6 +29,12 @@ type Config struct {
 	// PeerAddrs overrides the Raft address used to reach a peer, by node id
 	// (a proxy, a NAT address). Peers not listed use their configured address.
 	PeerAddrs map[string]string
+	// AdminToken, when set, is required (as "Authorization: Bearer TOKEN")
+	// by the membership changes of the ClusterService: AddMember,
+	// RemoveMember and TransferLeader. Every node of a cluster needs the same
+	// token (a node sends it when it joins or records its API address).
+	// Status, the lock API and the metrics stay open.
+	AdminToken string
 
 	// MinTTL and MaxTTL bound the TTL a client may ask for.
 	MinTTL, MaxTTL time.Duration

@@ -70,6 +70,7 @@ func clientFlags(fs *flag.FlagSet) func() (*client.Client, error) {
 		cfg := client.DefaultConfig(eps...)
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		cfg.RetryTimeout = 10 * time.Second
+		cfg.AdminToken = strings.TrimSpace(os.Getenv("FENCELOCK_ADMIN_TOKEN")) // membership changes
 		return client.NewFromConfig(cfg)
 	}
 }

@@ -12,7 +12,9 @@ import (
 func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("members", "members list | add ID RAFT-ADDR [API-ADDR] | remove ID | transfer-leader [ID] [flags]\n\n"+
 		"Lists or changes the cluster's voters. Changes go to the leader. A removal\n"+
-		"that would leave too few reachable voters for a quorum is refused.", stderr)
+		"that would leave too few reachable voters for a quorum is refused. A cluster\n"+
+		"started with an admin token (serve --admin-token-file) wants it for add, remove\n"+
+		"and transfer-leader: set FENCELOCK_ADMIN_TOKEN.", stderr)
 	newClient := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON (list)")
 	if err := parse(fs, args); err != nil {

@@ -9,9 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/server"
 )
@@ -37,9 +39,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	peerAddrs := fs.String("raft-peer-addrs", "", "override the Raft address used to reach peers, id=addr,... for every peer (proxies, NAT)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	pprofOn := fs.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on the API address")
+	tokenFile := fs.String("admin-token-file", "", "file holding the cluster's admin token, required by membership changes (default: env FENCELOCK_ADMIN_TOKEN; none: membership changes are open)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	token, err := adminToken(*tokenFile)
+	if err != nil {
+		return err
+	}
+	cfg.AdminToken = token
 	if fs.NArg() > 0 {
 		return usageErr("serve takes no arguments, got %q", fs.Args())
 	}
@@ -150,7 +158,10 @@ func parsePairs(s, flagName string) ([][2]string, error) {
 // joinCluster asks the cluster, through any of the given members, to add
 // this node as a voter, retrying until it succeeds or ctx ends.
 func joinCluster(ctx context.Context, via string, cfg server.Config) error {
-	c, err := client.New(strings.Split(via, ",")...)
+	ccfg := client.DefaultConfig(strings.Split(via, ",")...)
+	ccfg.AdminToken = cfg.AdminToken
+	ccfg.Logger = cfg.Logger
+	c, err := client.NewFromConfig(ccfg)
 	if err != nil {
 		return err
 	}
@@ -162,6 +173,9 @@ func joinCluster(ctx context.Context, via string, cfg server.Config) error {
 		if err == nil {
 			return nil
 		}
+		if errors.Is(err, fencelock.ErrUnauthenticated) {
+			return fmt.Errorf("join cluster via %s: give this node the cluster's admin token (--admin-token-file or FENCELOCK_ADMIN_TOKEN): %w", via, err)
+		}
 		cfg.Logger.Warn("join failed; retrying", "via", via, "err", err)
 		select {
 		case <-ctx.Done():
@@ -169,4 +183,21 @@ func joinCluster(ctx context.Context, via string, cfg server.Config) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// adminToken reads the admin token from path, or from FENCELOCK_ADMIN_TOKEN
+// when path is "". Surrounding white space is dropped.
+func adminToken(path string) (string, error) {
+	if path == "" {
+		return strings.TrimSpace(os.Getenv("FENCELOCK_ADMIN_TOKEN")), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--admin-token-file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", usageErr("--admin-token-file %s is empty", path)
+	}
+	return t, nil
 }

@@ -6,6 +6,8 @@ package wire
 import (
 	"context"
 	"errors"
+	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -30,6 +32,7 @@ var connectCodes = map[string]connect.Code{
 	fencelock.CodeNotLeader:          connect.CodeUnavailable,
 	fencelock.CodeUnavailable:        connect.CodeUnavailable,
 	fencelock.CodePreconditionFailed: connect.CodeFailedPrecondition,
+	fencelock.CodeUnauthenticated:    connect.CodeUnauthenticated,
 }
 
 // ToConnect converts an error from the service into a Connect error that
@@ -193,3 +196,17 @@ func (e *NotLeaderError) Error() string {
 
 // Unwrap returns fencelock.ErrNotLeader.
 func (e *NotLeaderError) Unwrap() error { return fencelock.ErrNotLeader }
+
+// WithAdminToken sets token, if any, as the bearer token of req (the admin
+// token of membership changes).
+func WithAdminToken[T any](req *connect.Request[T], token string) *connect.Request[T] {
+	if token != "" {
+		req.Header().Set("Authorization", "Bearer "+token)
+	}
+	return req
+}
+
+// AdminToken returns the bearer token of a request's headers, if any.
+func AdminToken(h http.Header) (string, bool) {
+	return strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+}
