@@ -36,14 +36,28 @@ type Command struct {
 	Wait      bool               `json:"wait,omitempty"`
 }
 
-// commandV1 starts a command in the binary encoding. Entries written before
-// it are JSON objects, which start with '{'; DecodeCommand reads both.
+// commandV1 starts a command in the binary encoding. Entries written as
+// JSON objects start with '{'. This version writes JSON and reads both: a
+// node of the previous release decodes only JSON, so writing binary must
+// wait for a release whose every peer reads it (a rolling upgrade runs old
+// and new nodes in one cluster).
 const commandV1 = 1
 
-// Encode returns the command's log bytes: a version byte, then op, now,
-// name, request id, holder, lease id, token, TTL and wait, as varints and
-// length-prefixed strings.
+// Encode returns the command's log bytes (JSON; see commandV1).
 func (c Command) Encode() []byte {
+	b, err := json.Marshal(c)
+	if err != nil {
+		// A Command holds only strings and integers; Marshal cannot fail.
+		panic(fmt.Sprintf("fsm: encode command: %v", err))
+	}
+	return b
+}
+
+// EncodeBinary returns the command in the binary encoding: a version byte,
+// then op, now, name, request id, holder, lease id, token, TTL and wait, as
+// varints and length-prefixed strings. DecodeCommand reads it; Encode does
+// not write it yet (see commandV1).
+func (c Command) EncodeBinary() []byte {
 	b := make([]byte, 0, 32+len(c.Name)+len(c.RequestID)+len(c.Holder)+len(c.LeaseID))
 	b = append(b, commandV1, byte(c.Op))
 	b = binary.AppendVarint(b, c.Now)
@@ -61,8 +75,7 @@ func (c Command) Encode() []byte {
 	return b
 }
 
-// DecodeCommand parses log bytes written by Encode, or by earlier versions
-// (JSON).
+// DecodeCommand parses log bytes in either encoding (JSON or binary).
 func DecodeCommand(b []byte) (Command, error) {
 	var c Command
 	if len(b) > 0 && b[0] == '{' {

@@ -13,15 +13,26 @@ func TestCommand_EncodeDecode(t *testing.T) {
 		{Op: OpSetMember, Name: "n1", Holder: "127.0.0.1:7070"},
 		{},
 	} {
-		got, err := DecodeCommand(c.Encode())
-		if err != nil || got != c {
-			t.Errorf("DecodeCommand(Encode(%+v)) = %+v, %v", c, got, err)
+		for _, b := range [][]byte{c.Encode(), c.EncodeBinary()} {
+			got, err := DecodeCommand(b)
+			if err != nil || got != c {
+				t.Errorf("DecodeCommand(%q) = %+v, %v; want %+v", b, got, err, c)
+			}
 		}
 	}
 }
 
-// TestDecodeCommand_ReadsJSONEntries: log entries written before the binary
-// encoding (JSON) still apply.
+// TestCommand_EncodeWritesJSON: nodes of the previous release read only
+// JSON, so entries stay JSON while a cluster may mix versions.
+func TestCommand_EncodeWritesJSON(t *testing.T) {
+	c := Command{Op: OpAcquire, Now: 9, Name: "a", RequestID: "r", TTL: 3, Wait: true}
+	var old Command
+	if err := json.Unmarshal(c.Encode(), &old); err != nil || old != c {
+		t.Fatalf("json.Unmarshal(Encode()) = %+v, %v; an older node could not apply this entry", old, err)
+	}
+}
+
+// TestDecodeCommand_ReadsJSONEntries: JSON entries apply.
 func TestDecodeCommand_ReadsJSONEntries(t *testing.T) {
 	c := Command{Op: OpAcquire, Now: 9, Name: "a", RequestID: "r", TTL: 3, Wait: true}
 	b, _ := json.Marshal(c)
@@ -34,7 +45,7 @@ func TestDecodeCommand_ReadsJSONEntries(t *testing.T) {
 // TestDecodeCommand_RefusesDamage: every truncation, an unknown version
 // and trailing bytes are errors, never a panic or a wrong command.
 func TestDecodeCommand_RefusesDamage(t *testing.T) {
-	b := Command{Op: OpAcquire, Now: 9, Name: "abc", RequestID: "rid", Holder: "h", LeaseID: "l", Token: 3, TTL: 4, Wait: true}.Encode()
+	b := Command{Op: OpAcquire, Now: 9, Name: "abc", RequestID: "rid", Holder: "h", LeaseID: "l", Token: 3, TTL: 4, Wait: true}.EncodeBinary()
 	for n := 0; n < len(b); n++ {
 		if c, err := DecodeCommand(b[:n]); err == nil {
 			t.Errorf("DecodeCommand of the first %d of %d bytes = %+v, want an error", n, len(b), c)
