@@ -50,7 +50,10 @@ func openLogStore(cfg Config) (*raftStore, error) {
 }
 
 // moveBoltLogs moves the entries of a data dir written by a version that
-// kept the log in raft.db into the new log, once.
+// kept the log in raft.db into the new log. It is safe to interrupt at any
+// point: it resumes after the last entry already moved, and removes the
+// entries from raft.db only once the new log holds them all (durably).
+// Gaps (left by an installed snapshot) are kept as gaps.
 func moveBoltLogs(b *raftboltdb.BoltStore, l *raftlog.Store) error {
 	first, err := b.FirstIndex()
 	if err != nil || first == 0 {
@@ -60,16 +63,44 @@ func moveBoltLogs(b *raftboltdb.BoltStore, l *raftlog.Store) error {
 	if err != nil {
 		return err
 	}
-	if mine, _ := l.LastIndex(); mine == 0 {
-		for i := first; i <= last; i++ {
-			var e raft.Log
-			if err := b.GetLog(i, &e); err != nil {
-				return fmt.Errorf("move raft log entry %d out of raft.db: %w", i, err)
+	mine, err := l.LastIndex()
+	if err != nil {
+		return err
+	}
+	var batch []*raft.Log
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := l.StoreLogs(batch); err != nil {
+			return fmt.Errorf("move raft log entries %d-%d out of raft.db: %w", batch[0].Index, batch[len(batch)-1].Index, err)
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for i := max(first, mine+1); i <= last; i++ {
+		e := new(raft.Log)
+		switch err := b.GetLog(i, e); {
+		case errors.Is(err, raft.ErrLogNotFound):
+			if err := flush(); err != nil { // a gap: the next entry starts a new run
+				return err
 			}
-			if err := l.StoreLogs([]*raft.Log{&e}); err != nil {
-				return fmt.Errorf("move raft log entry %d out of raft.db: %w", i, err)
+			continue
+		case err != nil:
+			return fmt.Errorf("move raft log entry %d out of raft.db: %w", i, err)
+		}
+		batch = append(batch, e)
+		if len(batch) == 512 {
+			if err := flush(); err != nil {
+				return err
 			}
 		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	if got, err := l.LastIndex(); err != nil || got < last {
+		return fmt.Errorf("move raft log out of raft.db: the new log ends at %d, raft.db at %d (%v)", got, last, err)
 	}
 	if err := b.DeleteRange(first, last); err != nil {
 		return fmt.Errorf("remove moved raft log from raft.db: %w", err)

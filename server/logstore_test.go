@@ -1,11 +1,14 @@
 package server
 
 import (
+	"errors"
 	"path/filepath"
 	"testing"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/fencelock/fencelock/internal/raftlog"
 )
 
 // TestOpenLogStore_MovesBoltLog: a data dir whose log is still in raft.db
@@ -49,5 +52,59 @@ func TestOpenLogStore_MovesBoltLog(t *testing.T) {
 			t.Fatalf("round %d: raft.db still holds entries up to %d", round, n)
 		}
 		s.Close()
+	}
+}
+
+// TestOpenLogStore_MoveResumesAndKeepsGaps: a move interrupted part way
+// (the new log holds a prefix, raft.db still everything) resumes after that
+// prefix and loses nothing; a gap in raft.db stays a gap.
+func TestOpenLogStore_MoveResumesAndKeepsGaps(t *testing.T) {
+	dir := t.TempDir()
+	old, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := func(i uint64) *raft.Log {
+		return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}}
+	}
+	var logs []*raft.Log
+	for i := uint64(1); i <= 100; i++ {
+		if i < 40 || i > 60 { // 40..60: a gap
+			logs = append(logs, entry(i))
+		}
+	}
+	if err := old.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	// The interrupted move: the new log holds 1..10.
+	partial, err := raftlog.Open(filepath.Join(dir, "raftlog"), raftlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := partial.StoreLogs(logs[:10]); err != nil {
+		t.Fatal(err)
+	}
+	partial.Close()
+
+	s, err := openLogStore(Config{DataDir: dir})
+	if err != nil {
+		t.Fatalf("openLogStore after an interrupted move = %v", err)
+	}
+	defer s.Close()
+	for i := uint64(1); i <= 100; i++ {
+		var e raft.Log
+		err := s.GetLog(i, &e)
+		switch {
+		case i >= 40 && i <= 60:
+			if !errors.Is(err, raft.ErrLogNotFound) {
+				t.Fatalf("entry %d, in the gap, = %v, want ErrLogNotFound", i, err)
+			}
+		case err != nil || e.Data[0] != byte(i):
+			t.Fatalf("entry %d = %+v, %v; lost in the move", i, e, err)
+		}
+	}
+	if n, _ := s.stable.LastIndex(); n != 0 {
+		t.Fatalf("raft.db still holds entries up to %d after a complete move", n)
 	}
 }

@@ -20,10 +20,14 @@
 //   - After a suffix is deleted (DeleteRange up to the last index, which
 //     Raft does when a follower's log conflicts with the leader's), the
 //     deleted records are gone from the file before DeleteRange returns.
-//   - Deleting a prefix (log compaction after a snapshot) removes whole
-//     segment files; the entries of a partly deleted segment are hidden but
-//     may be seen again after a restart. Raft only compacts entries that are
-//     committed and applied, so they are the same on every node.
+//   - Deleting a prefix (log compaction after a snapshot) first records the
+//     new first index durably (the file "first"), then removes the segment
+//     files that hold nothing else; entries below it never come back, also
+//     those of a partly deleted segment. (They need not be committed: after
+//     installing a snapshot Raft compacts up to the follower's own last
+//     index, which can include a deposed leader's uncommitted entries.)
+//   - Deleting everything removes the segments newest first, each removal
+//     synced, then the record; Open finishes a deletion cut short.
 //
 // Gaps are allowed between segments, as raft-boltdb allows them: after a
 // follower installs a snapshot, its next entry may not follow its last one.

@@ -2,7 +2,9 @@ package raftlog
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"fmt"
 	"io"
 	"os"
@@ -73,10 +75,19 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.SegmentSize <= 0 {
 		opts.SegmentSize = DefaultSegmentSize
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("raftlog: create %s: %w", dir, err)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("raftlog: create %s: %w", dir, err)
+		}
+		if err := syncDir(filepath.Dir(dir)); err != nil { // the new directory's own entry
+			return nil, err
+		}
 	}
 	s := &Store{dir: dir, segSize: opts.SegmentSize}
+	hidden, err := readFirst(dir)
+	if err != nil {
+		return nil, err
+	}
 	names, err := filepath.Glob(filepath.Join(dir, "*"+segmentExt))
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: list %s: %w", dir, err)
@@ -113,6 +124,17 @@ func Open(dir string, opts Options) (*Store, error) {
 		return false
 	})
 	s.resetBounds()
+	switch {
+	case hidden > s.last && len(s.segs) > 0:
+		// A deleteAll was cut short: it removes segments first and the
+		// marker last. Finish it.
+		if err := s.deleteAll(); err != nil {
+			s.closeFiles()
+			return nil, err
+		}
+	case hidden > s.first:
+		s.first = hidden // a prefix deleted before the restart stays deleted
+	}
 	return s, nil
 }
 
@@ -385,8 +407,9 @@ func (s *Store) DeleteRange(min, max uint64) error {
 	}
 }
 
-// deleteAll removes every segment, newest first, so that a crash part way
-// leaves a prefix of the log, still contiguous.
+// deleteAll removes every segment, newest first (each removal synced, so
+// that a crash part way leaves a prefix of the log, still contiguous), and
+// then the deleted-prefix marker.
 func (s *Store) deleteAll() error {
 	for len(s.segs) > 0 {
 		g := s.segs[len(s.segs)-1]
@@ -395,9 +418,12 @@ func (s *Store) deleteAll() error {
 			return s.failLocked(fmt.Errorf("raftlog: remove segment: %w", err))
 		}
 		s.segs = s.segs[:len(s.segs)-1]
+		if err := syncDir(s.dir); err != nil {
+			return s.failLocked(err)
+		}
 	}
 	s.first, s.last = 0, 0
-	if err := syncDir(s.dir); err != nil {
+	if err := writeFirst(s.dir, 0); err != nil {
 		return s.failLocked(err)
 	}
 	return nil
@@ -406,6 +432,12 @@ func (s *Store) deleteAll() error {
 // deletePrefix hides entries up to max and removes the segments that hold
 // nothing else. The last segment always stays.
 func (s *Store) deletePrefix(max uint64) error {
+	// Record the new start first: entries below it must not come back after
+	// a restart (they may include a deposed leader's uncommitted entries,
+	// which Raft compacts after installing a snapshot).
+	if err := writeFirst(s.dir, max+1); err != nil {
+		return s.failLocked(err)
+	}
 	for len(s.segs) > 1 && (s.segs[0].empty() || s.segs[0].lastIndex() <= max) {
 		g := s.segs[0]
 		g.f.Close()
@@ -503,4 +535,52 @@ func syncDir(dir string) error {
 		return fmt.Errorf("raftlog: sync dir %s: %w", dir, err)
 	}
 	return nil
+}
+
+// firstName is the file that records the first index after a prefix was
+// deleted: 8 bytes of index and a CRC-32C of them.
+const firstName = "first"
+
+// readFirst returns the recorded first index, 0 if none.
+func readFirst(dir string) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, firstName))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("raftlog: read %s: %w", firstName, err)
+	}
+	if len(b) != 12 || crc32.Checksum(b[:8], castagnoli) != binary.LittleEndian.Uint32(b[8:]) {
+		return 0, fmt.Errorf("%w: %s is damaged", ErrCorrupt, filepath.Join(dir, firstName))
+	}
+	return binary.LittleEndian.Uint64(b), nil
+}
+
+// writeFirst records first (0 removes the record) durably: a new file,
+// synced, renamed over the old one, and the directory synced.
+func writeFirst(dir string, first uint64) error {
+	path := filepath.Join(dir, firstName)
+	if first == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("raftlog: remove %s: %w", firstName, err)
+		}
+		return syncDir(dir)
+	}
+	b := binary.LittleEndian.AppendUint64(nil, first)
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return fmt.Errorf("raftlog: write %s: %w", firstName, err)
+	}
+	_, werr := f.Write(b)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		return fmt.Errorf("raftlog: write %s: %w", firstName, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("raftlog: write %s: %w", firstName, err)
+	}
+	return syncDir(dir)
 }

@@ -351,3 +351,43 @@ func TestRecord_RoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestStore_DeletedPrefixStaysDeleted: entries removed from the front stay
+// removed after a restart, also in a segment that still holds later
+// entries, and also when they were a deposed leader's stale suffix that
+// Raft compacted after installing a snapshot.
+func TestStore_DeletedPrefixStaysDeleted(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, 2048)
+	mustStore(t, s, batch(1, 40, 1))
+	mustStore(t, s, batch(41, 300, 2)) // never committed, say
+	if err := s.DeleteRange(1, 150); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRange(201, 300); err != nil {
+		t.Fatal(err)
+	}
+	mustStore(t, s, batch(201, 210, 3))
+	term := func(i uint64) uint64 {
+		if i > 200 {
+			return 3
+		}
+		return 2
+	}
+	wantLog(t, s, 151, 210, term)
+	s.Close()
+	s = open(t, dir, 2048)
+	wantLog(t, s, 151, 210, term)
+	var l raft.Log
+	if err := s.GetLog(100, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("GetLog(100) after the restart = %v (term %d), want ErrLogNotFound: a deleted entry came back", err, l.Term)
+	}
+	// Deleting everything clears the record: a log that restarts lower is whole.
+	if err := s.DeleteRange(0, 1000); err != nil {
+		t.Fatal(err)
+	}
+	mustStore(t, s, batch(100, 105, 4))
+	s.Close()
+	s = open(t, dir, 2048)
+	wantLog(t, s, 100, 105, func(uint64) uint64 { return 4 })
+}
