@@ -32,14 +32,16 @@ const (
 )
 
 // errNoBatch: the node does not serve Batch (an older version); the call
-// goes unary.
+// goes unary. The batcher tries Batch again after retryBatchAfter.
 var errNoBatch = errors.New("batch not supported by this node")
+
+const retryBatchAfter = time.Minute
 
 // batcher batches the calls of one endpoint.
 type batcher struct {
 	rpc     func(context.Context, *connect.Request[fencelockv1.BatchRequest]) (*connect.Response[fencelockv1.BatchResponse], error)
 	timeout time.Duration // bounds one Batch request
-	off     atomic.Bool   // the node answered Unimplemented
+	offAt   atomic.Int64  // when the node answered Unimplemented (unix ns); 0: batching on
 
 	mu       sync.Mutex
 	queue    []*batchCall
@@ -57,23 +59,23 @@ type batchOutcome struct {
 	err error
 }
 
+// errNotSent: the call's context ended before its batch left; it never
+// reached the service.
+var errNotSent = errors.New("not sent")
+
 // do sends item in the next batch and returns its result, or the error of
-// the whole request, or ctx's error. errNoBatch means: send it unary.
-func (b *batcher) do(ctx context.Context, item *fencelockv1.BatchItem) (*fencelockv1.BatchResult, error) {
-	if b.off.Load() {
-		return nil, errNoBatch
+// the whole request, or ctx's error. errNoBatch means: send it unary. If
+// ctx ends first and late is set, late gets the call's outcome when it is
+// known (errNotSent if it was never sent).
+func (b *batcher) do(ctx context.Context, item *fencelockv1.BatchItem, late func(*fencelockv1.BatchResult, error)) (*fencelockv1.BatchResult, error) {
+	if at := b.offAt.Load(); at != 0 {
+		if time.Since(time.Unix(0, at)) < retryBatchAfter {
+			return nil, errNoBatch
+		}
+		b.offAt.CompareAndSwap(at, 0) // the node may have been upgraded: try again
 	}
 	c := &batchCall{ctx: ctx, item: item, done: make(chan batchOutcome, 1)}
 	b.mu.Lock()
-	if b.inflight < maxInFlight && len(b.queue) == 0 {
-		// A free slot and nobody waiting: send it now from this goroutine,
-		// bounded by the caller's context.
-		b.inflight++
-		b.mu.Unlock()
-		b.sendNow(ctx, []*batchCall{c})
-		o := <-c.done
-		return o.res, o.err
-	}
 	b.queue = append(b.queue, c)
 	b.startLocked()
 	b.mu.Unlock()
@@ -81,6 +83,12 @@ func (b *batcher) do(ctx context.Context, item *fencelockv1.BatchItem) (*fencelo
 	case o := <-c.done:
 		return o.res, o.err
 	case <-ctx.Done():
+		if late != nil {
+			go func() {
+				o := <-c.done
+				late(o.res, o.err)
+			}()
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -106,12 +114,16 @@ func (b *batcher) startLocked() {
 
 // send sends one batch of queued calls and hands each call its result.
 // Calls whose caller has already gone are left out: they never reach the
-// service.
+// service. A batch, once sent, runs to its answer (bounded by the batcher's
+// timeout) even if its callers leave, so that a caller that left can still
+// learn what its call did.
 func (b *batcher) send(calls []*batchCall) {
 	live := calls[:0]
 	for _, c := range calls {
 		if c.ctx.Err() == nil {
 			live = append(live, c)
+		} else {
+			c.done <- batchOutcome{err: errNotSent}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
@@ -137,7 +149,7 @@ func (b *batcher) sendNow(ctx context.Context, calls []*batchCall) {
 	}
 	resp, err := b.rpc(ctx, connect.NewRequest(req))
 	if connect.CodeOf(err) == connect.CodeUnimplemented {
-		b.off.Store(true)
+		b.offAt.Store(time.Now().UnixNano())
 		err = errNoBatch
 	}
 	if err == nil && len(resp.Msg.Results) != len(calls) {
@@ -155,11 +167,11 @@ func (b *batcher) sendNow(ctx context.Context, calls []*batchCall) {
 // batched sends item in ep's next batch. ok is false when the call must go
 // unary instead (batching off, or the node predates Batch). An item's error
 // comes back as err.
-func (ep *endpoint) batched(ctx context.Context, item *fencelockv1.BatchItem) (res *fencelockv1.BatchResult, ok bool, err error) {
+func (ep *endpoint) batched(ctx context.Context, item *fencelockv1.BatchItem, late func(*fencelockv1.BatchResult, error)) (res *fencelockv1.BatchResult, ok bool, err error) {
 	if ep.batch == nil {
 		return nil, false, nil
 	}
-	res, err = ep.batch.do(ctx, item)
+	res, err = ep.batch.do(ctx, item, late)
 	if errors.Is(err, errNoBatch) {
 		return nil, false, nil
 	}
@@ -171,9 +183,18 @@ func (ep *endpoint) batched(ctx context.Context, item *fencelockv1.BatchItem) (r
 
 // acquire is one attempt of Acquire on ep. In a batch an Acquire that joins
 // the queue does not wait; a unary Acquire of the same request id then waits
-// for the grant (the node adds no entry for it).
-func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
-	res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Acquire{Acquire: req}})
+// for the grant (the node adds no entry for it). If the attempt ends before
+// the batch answers and the answer then shows the request queued or
+// granted, abandoned is called (in another goroutine): the caller decides
+// whether to take the request back. The unary wait needs no such care: the
+// node takes the request out of the queue when that call goes away.
+func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, abandoned func()) (*fencelockv1.Grant, error) {
+	late := func(res *fencelockv1.BatchResult, err error) {
+		if err == nil && (res.GetQueued() != nil || res.GetAcquire() != nil) {
+			abandoned()
+		}
+	}
+	res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Acquire{Acquire: req}}, late)
 	if ok && (err != nil || res.GetQueued() == nil) {
 		return res.GetAcquire().GetGrant(), err
 	}
@@ -186,7 +207,7 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 
 // renew is one attempt of Renew on ep.
 func (ep *endpoint) renew(ctx context.Context, req *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
-	res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Renew{Renew: req}})
+	res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Renew{Renew: req}}, nil)
 	if ok {
 		if err == nil && res.GetRenew() == nil {
 			err = fmt.Errorf("renew: empty batch result: %w", fencelock.ErrUnavailable)
@@ -202,7 +223,7 @@ func (ep *endpoint) renew(ctx context.Context, req *fencelockv1.RenewRequest) (*
 
 // release is one attempt of Release on ep.
 func (ep *endpoint) release(ctx context.Context, req *fencelockv1.ReleaseRequest) error {
-	if _, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: req}}); ok {
+	if _, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: req}}, nil); ok {
 		return err
 	}
 	_, err := ep.lock.Release(ctx, connect.NewRequest(req))

@@ -57,7 +57,7 @@ func TestBatcher_GroupsCallsWhileBatchesAreOut(t *testing.T) {
 	errs := make(chan error, 100)
 	call := func(token uint64) {
 		defer wg.Done()
-		res, err := b.do(ctx, renewItem(token))
+		res, err := b.do(ctx, renewItem(token), nil)
 		if err != nil {
 			errs <- err
 			return
@@ -113,7 +113,7 @@ func TestBatcher_OlderNodeGoesUnary(t *testing.T) {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("no Batch here"))
 	}}
 	for i := 0; i < 3; i++ {
-		if _, err := b.do(context.Background(), renewItem(1)); !errors.Is(err, errNoBatch) {
+		if _, err := b.do(context.Background(), renewItem(1), nil); !errors.Is(err, errNoBatch) {
 			t.Fatalf("do against a node without Batch = %v, want errNoBatch", err)
 		}
 	}
@@ -128,12 +128,16 @@ func TestBatcher_CallerThatLeftIsNotSent(t *testing.T) {
 	f := &fakeBatchRPC{release: make(chan struct{}), arrived: make(chan int, 100)}
 	b := &batcher{rpc: f.Batch, timeout: 10 * time.Second}
 	for i := 0; i < maxInFlight; i++ {
-		go b.do(context.Background(), renewItem(1))
+		go b.do(context.Background(), renewItem(1), nil)
 		<-f.arrived
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { _, err := b.do(ctx, renewItem(2)); done <- err }()
+	lateErr := make(chan error, 1)
+	go func() {
+		_, err := b.do(ctx, renewItem(2), func(_ *fencelockv1.BatchResult, err error) { lateErr <- err })
+		done <- err
+	}()
 	for {
 		b.mu.Lock()
 		n := len(b.queue)
@@ -148,11 +152,41 @@ func TestBatcher_CallerThatLeftIsNotSent(t *testing.T) {
 		t.Fatalf("a cancelled queued call returned %v, want context.Canceled", err)
 	}
 	close(f.release)
-	time.Sleep(50 * time.Millisecond)
+	if err := <-lateErr; !errors.Is(err, errNotSent) {
+		t.Fatalf("the late outcome of the cancelled call = %v, want errNotSent", err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.sizes) != maxInFlight {
 		t.Fatalf("batches sent: %v; the cancelled call must not have been sent", f.sizes)
+	}
+}
+
+// TestBatcher_LateOutcome: a caller that leaves while its batch is out
+// learns the outcome later, so it can take back what the call did.
+func TestBatcher_LateOutcome(t *testing.T) {
+	f := &fakeBatchRPC{release: make(chan struct{}), arrived: make(chan int, 10)}
+	b := &batcher{rpc: f.Batch, timeout: 10 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	late := make(chan *fencelockv1.BatchResult, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.do(ctx, renewItem(7), func(res *fencelockv1.BatchResult, err error) {
+			if err != nil {
+				t.Errorf("late outcome error %v", err)
+			}
+			late <- res
+		})
+		done <- err
+	}()
+	<-f.arrived
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("do after the caller left = %v, want context.Canceled", err)
+	}
+	close(f.release)
+	if res := <-late; res.GetRenew().GetTtl().AsDuration() != 7*time.Second {
+		t.Fatalf("late outcome = %v, want the call's own result", res)
 	}
 }
 
@@ -162,7 +196,7 @@ func TestBatcher_SplitsLargeBatches(t *testing.T) {
 	f := &fakeBatchRPC{release: make(chan struct{}), arrived: make(chan int, 100)}
 	b := &batcher{rpc: f.Batch, timeout: 10 * time.Second}
 	for i := 0; i < maxInFlight; i++ {
-		go b.do(context.Background(), renewItem(1))
+		go b.do(context.Background(), renewItem(1), nil)
 		<-f.arrived
 	}
 	long := string(make([]byte, 1000))
@@ -171,7 +205,7 @@ func TestBatcher_SplitsLargeBatches(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b.do(context.Background(), &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Renew{Renew: &fencelockv1.RenewRequest{Name: long, Token: 1}}})
+			b.do(context.Background(), &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Renew{Renew: &fencelockv1.RenewRequest{Name: long, Token: 1}}}, nil)
 		}()
 	}
 	for {

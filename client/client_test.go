@@ -296,3 +296,64 @@ func TestClient_ConcurrentCallsShareBatches(t *testing.T) {
 	}
 	t.Logf("%d calls in %v batches", 2*workers*rounds, count)
 }
+
+// slowBatches delays every Batch request, so a caller can give up while
+// its batch is out.
+type slowBatches struct{ delay time.Duration }
+
+func (s slowBatches) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/Batch") {
+		time.Sleep(s.delay)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestClient_CallerThatGivesUpLeavesNothingBehind: a caller whose context
+// ends while its batched acquire is out leaves no waiter in the queue and
+// no grant held for nobody: once the batch answers "queued", the client
+// takes the request back.
+func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
+	addr := startServer(t)
+	holderC := quietClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	holder, err := holderC.Acquire(ctx, "given-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := client.DefaultConfig(addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.HTTPClient = &http.Client{Transport: slowBatches{delay: 300 * time.Millisecond}}
+	slow, err := client.NewFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancelShort()
+	if _, err := slow.Acquire(short, "given-up"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire that gave up = %v, want context.DeadlineExceeded", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		li, err := holderC.Describe(ctx, "given-up")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(li.Waiters) == 0 && time.Since(deadline.Add(-5*time.Second)) > 500*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the abandoned request still waits in the queue: %+v", li.Waiters)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := holderC.TryAcquire(ctx, "given-up")
+	if err != nil {
+		t.Fatalf("after the release the lock should be free, got %v: was it granted to the caller that gave up?", err)
+	}
+	next.Release(ctx)
+}

@@ -62,9 +62,20 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			RequestId: o.requestID, Holder: o.holder}
 		start := first
 		var g *fencelockv1.Grant
+		callerCtx := ctx
+		abandoned := func() {
+			// A batched attempt ended before its answer, which says the
+			// request queued or got the lock. If the caller has given up,
+			// take it back (out of the queue, or the grant ends) instead of
+			// leaving a waiter or a grant nobody uses until its TTL. If not,
+			// the next attempt with the same request id finds it.
+			if callerCtx.Err() != nil {
+				c.cancelWait(name, o.requestID)
+			}
+		}
 		err := c.callAt(ctx, wait, func(ctx context.Context, ep *endpoint) error {
 			var err error
-			g, err = ep.acquire(ctx, req)
+			g, err = ep.acquire(ctx, req, abandoned)
 			return err
 		})
 		if err == nil {
@@ -86,12 +97,6 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		}
 		if !o.waitSet && errors.Is(err, fencelock.ErrLockHeld) && ctx.Err() == nil {
 			continue // the chunk ran out; queue again
-		}
-		if ctx.Err() != nil && wait > 0 {
-			// The caller gave up, maybe while this request waited in the
-			// queue: make sure it leaves the queue and that a grant made
-			// meanwhile ends, instead of sitting unused until its TTL.
-			go c.cancelWait(name, o.requestID)
 		}
 		return nil, fmt.Errorf("acquire %q: %w", name, err)
 	}

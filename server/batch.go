@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 )
@@ -43,13 +45,13 @@ func (a *api) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchR
 	return connect.NewResponse(resp), nil
 }
 
-// batchItem runs one item. No item waits (a queued Acquire returns at once),
-// so items ignore the request's cancellation: each finishes when its entry
-// commits or the node loses leadership, and saves a goroutine that would
-// watch the context.
+// batchItem runs one item. No item waits (a queued Acquire returns at
+// once), so items ignore the request's cancellation: each finishes when its
+// entry commits, or at the latest after ApplyTimeout.
 func (a *api) batchItem(ctx context.Context, i int, it *fencelockv1.BatchItem) *fencelockv1.BatchResult {
 	s := (*Server)(a)
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
+	defer cancel()
 	fail := func(method string, err error) *fencelockv1.BatchResult {
 		a.count(method, err)
 		return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Error{Error: wire.ToBatchError(err)}}
@@ -63,6 +65,7 @@ func (a *api) batchItem(ctx context.Context, i int, it *fencelockv1.BatchItem) *
 		r.ReturnQueued = true
 		g, err := s.Acquire(ctx, r)
 		if errors.Is(err, errQueued) {
+			s.expectClaim(r.Name, r.RequestID)
 			return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Queued{Queued: &fencelockv1.AcquireQueued{}}}
 		}
 		if err != nil {
@@ -85,4 +88,28 @@ func (a *api) batchItem(ctx context.Context, i int, it *fencelockv1.BatchItem) *
 	default:
 		return fail("Batch", fmt.Errorf("batch item %d has no operation: %w", i, fencelock.ErrInvalidArgument))
 	}
+}
+
+// claimWindow is how long a request that Batch queued may go without the
+// unary Acquire that waits for it (the client sends that at once) before
+// the leader takes it out of the queue: otherwise a client that died in
+// between would leave a waiter that is granted to nobody.
+const claimWindow = 10 * time.Second
+
+// expectClaim drops request rid from name's queue after claimWindow unless
+// a call waits for it by then.
+func (s *Server) expectClaim(name fencelock.LockName, rid string) {
+	time.AfterFunc(claimWindow, func() {
+		if s.ctx.Err() != nil || !s.Ready() || s.waiters.has(name, rid) || !s.fsm.Queued(name, rid) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+		defer cancel()
+		res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: name, RequestID: rid})
+		if err != nil || res.Err != nil {
+			return
+		}
+		s.waiters.drop(name, rid) // a call that came for it just now asks again
+		s.log.Info("dropped a queued request nobody waited for", "lock", name, "request", rid)
+	})
 }

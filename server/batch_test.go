@@ -174,3 +174,38 @@ func TestServer_CancelWait(t *testing.T) {
 		t.Fatalf("cancel without a request id = %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestServer_UnclaimedQueuedRequestIsDropped: a request that Batch queued
+// and that no unary Acquire comes to wait for (its client died in between)
+// leaves the queue after the claim window, instead of being granted to
+// nobody later.
+func TestServer_UnclaimedQueuedRequestIsDropped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the 10 s claim window")
+	}
+	srv := testproc.StartServer(t)
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
+	ctx := ctxFor(t, 60*time.Second)
+	batch(t, rpc, acquireItem("orphan", "h", 0))
+	if q := batch(t, rpc, acquireItem("orphan", "gone", time.Minute))[0]; q.GetQueued() == nil {
+		t.Fatalf("waiter = %v, want queued", q)
+	}
+	waiters := func() int {
+		resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: "orphan"}))
+		if err != nil {
+			t.Fatalf("describe: %v", wire.FromConnect(err))
+		}
+		return len(resp.Msg.Lock.Waiters)
+	}
+	time.Sleep(5 * time.Second)
+	if n := waiters(); n != 1 {
+		t.Fatalf("%d waiters 5 s after queueing, want the request still queued within the claim window", n)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for waiters() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the unclaimed request is still queued 20 s after it was queued")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -149,6 +149,7 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.leases.deactivate()
+		s.waiters.failAll() // waiting acquires go to the next leader now
 		err = s.raft.Shutdown().Error()
 		s.wg.Wait()
 		err = errors.Join(err, s.trans.Close(), s.store.Close())

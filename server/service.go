@@ -71,7 +71,7 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	if req.Wait > 0 && req.RequestID == "" {
 		req.RequestID = string(fencelock.NewLeaseID()) // a waiter must be addressable
 	}
-	var ch chan fsm.Holder
+	var ch chan waitEvent
 	if req.Wait > 0 && !req.ReturnQueued {
 		ch = s.waiters.add(req.Name, req.RequestID)
 		defer s.waiters.remove(req.Name, req.RequestID, ch)
@@ -105,26 +105,28 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	timer := time.NewTimer(req.Wait)
 	defer timer.Stop()
 	select {
-	case h := <-ch:
-		if h.Token == 0 {
-			return fencelock.Grant{}, fmt.Errorf("acquire %q: stopped waiting: %w", req.Name, s.notLeader())
-		}
-		return grantOf(req.Name, h), nil
+	case ev := <-ch:
+		return s.waitEnded(req.Name, ev)
 	case <-timer.C:
 	case <-ctx.Done():
 	}
 	// Gave up. A grant that arrived meanwhile is still ours if the caller is.
 	select {
-	case h := <-ch:
-		if h.Token != 0 && ctx.Err() == nil {
-			return grantOf(req.Name, h), nil
+	case ev := <-ch:
+		if ev.err != nil || ctx.Err() == nil {
+			return s.waitEnded(req.Name, ev)
 		}
 	default:
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
 	defer cancel()
 	if _, err := s.Apply(cctx, fsm.Command{Op: fsm.OpCancelWait, Name: req.Name, RequestID: req.RequestID}); err != nil {
-		s.log.Warn("leave wait queue failed; the lease will expire", "lock", req.Name, "err", err)
+		if ctx.Err() == nil {
+			// Still queued, as far as we know: the client asks again with the
+			// same request id and keeps its place (or gets its grant).
+			return fencelock.Grant{}, fmt.Errorf("acquire %q: the wait ran out, and leaving the queue did not commit: %w", req.Name, err)
+		}
+		s.log.Warn("leave wait queue failed; a grant it gets ends with its TTL", "lock", req.Name, "err", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, err)
@@ -134,6 +136,17 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		held.Holder, held.Token = l.Holder.Holder, l.Holder.Token
 	}
 	return fencelock.Grant{}, s.withExpiry(held)
+}
+
+// waitEnded turns the event that ended a wait into Acquire's answer.
+func (s *Server) waitEnded(name fencelock.LockName, ev waitEvent) (fencelock.Grant, error) {
+	switch {
+	case errors.Is(ev.err, errSteppedDown):
+		return fencelock.Grant{}, fmt.Errorf("acquire %q: stopped waiting: %w", name, s.notLeader())
+	case ev.err != nil:
+		return fencelock.Grant{}, fmt.Errorf("acquire %q: %v; ask again: %w", name, ev.err, fencelock.ErrUnavailable)
+	}
+	return grantOf(name, ev.h), nil
 }
 
 func grantOf(name fencelock.LockName, h fsm.Holder) fencelock.Grant {

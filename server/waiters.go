@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/fencelock/fencelock"
@@ -12,14 +13,30 @@ import (
 // the granting entry is applied.
 type waiters struct {
 	mu sync.Mutex
-	m  map[string][]chan fsm.Holder
+	m  map[string][]chan waitEvent
 }
 
-func newWaiters() *waiters { return &waiters{m: make(map[string][]chan fsm.Holder)} }
+// waitEvent ends a wait: the grant, or why the call must stop waiting here.
+type waitEvent struct {
+	h   fsm.Holder
+	err error // errSteppedDown or errDropped; h is then empty
+}
 
-// add registers a channel that receives the grant for request id rid.
-func (w *waiters) add(name fencelock.LockName, rid string) chan fsm.Holder {
-	ch := make(chan fsm.Holder, 1)
+var (
+	// errSteppedDown: this node stopped being the leader; the caller
+	// answers not_leader and its client asks the new leader with the same
+	// request id, where the request keeps its place.
+	errSteppedDown = errors.New("stopped being the leader")
+	// errDropped: the request was taken out of the queue because nobody
+	// claimed it (see Server.expectClaim) just as this call came for it.
+	errDropped = errors.New("the queued request was dropped")
+)
+
+func newWaiters() *waiters { return &waiters{m: make(map[string][]chan waitEvent)} }
+
+// add registers a channel that receives the end of request rid's wait.
+func (w *waiters) add(name fencelock.LockName, rid string) chan waitEvent {
+	ch := make(chan waitEvent, 1)
 	k := waiterKey(name, rid)
 	w.mu.Lock()
 	w.m[k] = append(w.m[k], ch)
@@ -30,11 +47,11 @@ func (w *waiters) add(name fencelock.LockName, rid string) chan fsm.Holder {
 func waiterKey(name fencelock.LockName, rid string) string { return string(name) + "\x00" + rid }
 
 // remove unregisters ch.
-func (w *waiters) remove(name fencelock.LockName, rid string, ch chan fsm.Holder) {
-	rid = waiterKey(name, rid)
+func (w *waiters) remove(name fencelock.LockName, rid string, ch chan waitEvent) {
+	k := waiterKey(name, rid)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	chs := w.m[rid]
+	chs := w.m[k]
 	for i, c := range chs {
 		if c == ch {
 			chs = append(chs[:i], chs[i+1:]...)
@@ -42,10 +59,17 @@ func (w *waiters) remove(name fencelock.LockName, rid string, ch chan fsm.Holder
 		}
 	}
 	if len(chs) == 0 {
-		delete(w.m, rid)
+		delete(w.m, k)
 	} else {
-		w.m[rid] = chs
+		w.m[k] = chs
 	}
+}
+
+// has reports whether a call waits for request rid.
+func (w *waiters) has(name fencelock.LockName, rid string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m[waiterKey(name, rid)]) > 0
 }
 
 // deliver hands h to every Acquire waiting for its request id. It never
@@ -54,28 +78,34 @@ func (w *waiters) deliver(name fencelock.LockName, h fsm.Holder) {
 	if h.RequestID == "" {
 		return
 	}
+	w.send(waiterKey(name, h.RequestID), waitEvent{h: h})
+}
+
+// drop ends the waits for request rid with errDropped.
+func (w *waiters) drop(name fencelock.LockName, rid string) {
+	w.send(waiterKey(name, rid), waitEvent{err: errDropped})
+}
+
+func (w *waiters) send(k string, ev waitEvent) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, ch := range w.m[waiterKey(name, h.RequestID)] {
+	for _, ch := range w.m[k] {
 		select {
-		case ch <- h:
-		default:
+		case ch <- ev:
+		default: // an earlier event (a grant) is already there and wins
 		}
 	}
 }
 
-// failAll wakes every waiting Acquire with a zero Holder, meaning "this
-// node stopped being the leader": the caller answers not_leader, and the
-// client asks the new leader with the same request id, where it finds its
-// place in the queue or the grant it got meanwhile. A grant already handed
-// over stays in its channel and wins.
+// failAll ends every wait with errSteppedDown. A grant already handed over
+// stays in its channel and wins.
 func (w *waiters) failAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, chs := range w.m {
 		for _, ch := range chs {
 			select {
-			case ch <- fsm.Holder{}:
+			case ch <- waitEvent{err: errSteppedDown}:
 			default:
 			}
 		}
