@@ -30,28 +30,39 @@ func (a *api) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchR
 	}
 	a.metrics.batchItems.Observe(float64(len(items)))
 	resp := &fencelockv1.BatchResponse{Results: make([]*fencelockv1.BatchResult, len(items))}
+	// Items ignore the request's cancellation (none waits: a queued Acquire
+	// returns at once), so each finishes when its entry commits or the node
+	// loses leadership, without a goroutine per item to watch a context.
+	// The request as a whole is bounded by ApplyTimeout, like a unary call.
+	ictx := context.WithoutCancel(ctx)
+	done := make(chan struct{})
 	var wg sync.WaitGroup
-	for i, it := range items[:max(len(items)-1, 0)] {
+	for i, it := range items {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp.Results[i] = a.batchItem(ctx, i, it)
+			resp.Results[i] = a.batchItem(ictx, i, it)
 		}()
 	}
-	if n := len(items); n > 0 {
-		resp.Results[n-1] = a.batchItem(ctx, n-1, items[n-1]) // the last one in this goroutine
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(a.cfg.ApplyTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return connect.NewResponse(resp), nil
+	case <-timer.C:
+		return nil, a.fail("Batch", fmt.Errorf("batch of %d items not done within %v: %w", len(items), a.cfg.ApplyTimeout, fencelock.ErrUnavailable))
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	wg.Wait()
-	return connect.NewResponse(resp), nil
 }
 
-// batchItem runs one item. No item waits (a queued Acquire returns at
-// once), so items ignore the request's cancellation: each finishes when its
-// entry commits, or at the latest after ApplyTimeout.
+// batchItem runs one item.
 func (a *api) batchItem(ctx context.Context, i int, it *fencelockv1.BatchItem) *fencelockv1.BatchResult {
 	s := (*Server)(a)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
-	defer cancel()
 	fail := func(method string, err error) *fencelockv1.BatchResult {
 		a.count(method, err)
 		return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Error{Error: wire.ToBatchError(err)}}
