@@ -278,6 +278,38 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
 	failed := false
+	// The renewal cell runs first, on fresh servers: after the matrix a
+	// server may be snapshotting the entries the matrix wrote, which would
+	// land in the renewal window.
+	if o.hold > 0 {
+		for _, t := range targets {
+			var ht bench.RenewalCounter
+			var err error
+			switch t.Name() {
+			case "fencelock", "fencelock-nobatch":
+				ht, err = bench.NewFencelock(t.Name(), fencelockAddr, o.holdTTL, t.Name() == "fencelock-nobatch")
+			case "etcd":
+				ht, err = bench.NewEtcd(ctx, o.etcdAddr, o.holdTTL)
+			default:
+				continue // Redis: the recipe has no keep-alive of its own
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.Name(), err)
+			}
+			logf("%-16s holding %d locks (TTL %v) for %v", t.Name(), o.hold, o.holdTTL, o.holdFor)
+			h, err := bench.RunHold(ctx, ht, o.hold, o.holdTTL, o.holdFor, fmt.Sprintf("fencebench/%s/hold/%s", runID, t.Name()), serverPID[t.Name()]...)
+			ht.Close()
+			if err != nil {
+				return fmt.Errorf("%s, hold: %w", t.Name(), err)
+			}
+			logf("%-16s %d renewals in %v: %.0f/s, server CPU %.2f cores, %v per renewal",
+				t.Name(), h.Renewals, h.Elapsed.Round(time.Millisecond), h.RenewalsPerSec(), h.ServerCPU, h.CPUPerRenewal())
+			if h.Renewals <= 0 {
+				failed = true
+			}
+			rp.Holds = append(rp.Holds, h)
+		}
+	}
 	for ci, c := range cells {
 		runs := make([][]bench.Result, len(targets))
 		for run := range o.runs {
@@ -312,35 +344,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		for ti := range targets {
 			rp.Results = append(rp.Results, bench.Median(runs[ti]))
-		}
-	}
-	if o.hold > 0 {
-		for _, t := range targets {
-			var ht bench.RenewalCounter
-			var err error
-			switch t.Name() {
-			case "fencelock", "fencelock-nobatch":
-				ht, err = bench.NewFencelock(t.Name(), fencelockAddr, o.holdTTL, t.Name() == "fencelock-nobatch")
-			case "etcd":
-				ht, err = bench.NewEtcd(ctx, o.etcdAddr, o.holdTTL)
-			default:
-				continue // Redis: the recipe has no keep-alive of its own
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", t.Name(), err)
-			}
-			logf("%-16s holding %d locks (TTL %v) for %v", t.Name(), o.hold, o.holdTTL, o.holdFor)
-			h, err := bench.RunHold(ctx, ht, o.hold, o.holdTTL, o.holdFor, fmt.Sprintf("fencebench/%s/hold/%s", runID, t.Name()), serverPID[t.Name()]...)
-			ht.Close()
-			if err != nil {
-				return fmt.Errorf("%s, hold: %w", t.Name(), err)
-			}
-			logf("%-16s %d renewals in %v: %.0f/s, server CPU %.2f cores, %v per renewal",
-				t.Name(), h.Renewals, h.Elapsed.Round(time.Millisecond), h.RenewalsPerSec(), h.ServerCPU, h.CPUPerRenewal())
-			if h.Renewals <= 0 {
-				failed = true
-			}
-			rp.Holds = append(rp.Holds, h)
 		}
 	}
 	rp.Machine.LoadAfter = bench.LoadAvg()
