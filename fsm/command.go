@@ -45,6 +45,9 @@ const commandV1 = 1
 
 // Encode returns the command's log bytes (JSON; see commandV1).
 func (c Command) Encode() []byte {
+	if b, ok := appendJSON(make([]byte, 0, 96+len(c.Name)+len(c.RequestID)+len(c.Holder)+len(c.LeaseID)), c); ok {
+		return b
+	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		// A Command holds only strings and integers; Marshal cannot fail.
@@ -79,6 +82,9 @@ func (c Command) EncodeBinary() []byte {
 func DecodeCommand(b []byte) (Command, error) {
 	var c Command
 	if len(b) > 0 && b[0] == '{' {
+		if c, ok := parseJSON(b); ok {
+			return c, nil
+		}
 		if err := json.Unmarshal(b, &c); err != nil {
 			return Command{}, fmt.Errorf("decode command: %w", err)
 		}
