@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -19,10 +18,10 @@ import (
 // MaxBatchItems bounds one Batch request.
 const MaxBatchItems = 1024
 
-// Batch runs every item as the unary method would, concurrently, so that
-// their Raft entries share appends and syncs. An Acquire that joins a wait
-// queue does not wait: its result is "queued", and the caller waits with a
-// unary Acquire of the same request id.
+// Batch runs every item as the unary method would, and their Raft entries
+// share appends and syncs. An Acquire that joins a wait queue does not wait:
+// its result is "queued", and the caller waits with a unary Acquire of the
+// same request id.
 func (a *api) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchRequest]) (*connect.Response[fencelockv1.BatchResponse], error) {
 	items := req.Msg.Items
 	if len(items) > MaxBatchItems {
@@ -32,21 +31,12 @@ func (a *api) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchR
 	resp := &fencelockv1.BatchResponse{Results: make([]*fencelockv1.BatchResult, len(items))}
 	// Items ignore the request's cancellation (none waits: a queued Acquire
 	// returns at once), so each finishes when its entry commits or the node
-	// loses leadership, without a goroutine per item to watch a context.
-	// The request as a whole is bounded by ApplyTimeout, like a unary call.
-	ictx := context.WithoutCancel(ctx)
+	// loses leadership. The request as a whole is bounded by ApplyTimeout,
+	// like a unary call.
 	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, it := range items {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp.Results[i] = a.batchItem(ictx, i, it)
-		}()
-	}
 	go func() {
-		wg.Wait()
-		close(done)
+		defer close(done)
+		a.runBatch(items, resp.Results)
 	}()
 	timer := time.NewTimer(a.cfg.ApplyTimeout)
 	defer timer.Stop()
@@ -60,44 +50,101 @@ func (a *api) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchR
 	}
 }
 
-// batchItem runs one item.
-func (a *api) batchItem(ctx context.Context, i int, it *fencelockv1.BatchItem) *fencelockv1.BatchResult {
+// runBatch fills out[i] with item i's result. It proposes every item's Raft
+// entry before it waits for any (in the batch's order, with no goroutine
+// per item), checks leadership once for all the renewals meanwhile, and
+// then collects the entries' outcomes.
+func (a *api) runBatch(items []*fencelockv1.BatchItem, out []*fencelockv1.BatchResult) {
 	s := (*Server)(a)
 	fail := func(method string, err error) *fencelockv1.BatchResult {
 		a.count(method, err)
 		return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Error{Error: wire.ToBatchError(err)}}
 	}
-	switch op := it.GetOp().(type) {
-	case *fencelockv1.BatchItem_Acquire:
-		r := acquireRequest(op.Acquire)
-		if r.Wait > 0 && r.RequestID == "" {
-			return fail("Acquire", fmt.Errorf("an acquire that may wait needs a request_id in a batch: %w", fencelock.ErrInvalidArgument))
+	proposals := make([]proposal, len(items))
+	acquires := make([]AcquireRequest, len(items))
+	var renews []int
+	for i, it := range items {
+		switch op := it.GetOp().(type) {
+		case *fencelockv1.BatchItem_Acquire:
+			r := acquireRequest(op.Acquire)
+			if err := s.validate(r); err != nil {
+				out[i] = fail("Acquire", err)
+				continue
+			}
+			if r.Wait > 0 && r.RequestID == "" {
+				out[i] = fail("Acquire", fmt.Errorf("an acquire that may wait needs a request_id in a batch: %w", fencelock.ErrInvalidArgument))
+				continue
+			}
+			r.Wait = min(r.Wait, s.cfg.MaxWait)
+			acquires[i] = r
+			proposals[i] = s.propose(acquireCommand(r))
+		case *fencelockv1.BatchItem_Renew:
+			m := op.Renew
+			if err := validateGrantRef(fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {
+				out[i] = fail("Renew", err)
+				continue
+			}
+			renews = append(renews, i)
+		case *fencelockv1.BatchItem_Release:
+			m := op.Release
+			name, id, token := fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)
+			if err := validateGrantRef(name, id, token); err != nil {
+				out[i] = fail("Release", err)
+				continue
+			}
+			proposals[i] = s.propose(releaseCommand(name, id, token))
+		default:
+			out[i] = fail("Batch", fmt.Errorf("batch item %d has no operation: %w", i, fencelock.ErrInvalidArgument))
 		}
-		r.ReturnQueued = true
-		g, err := s.Acquire(ctx, r)
-		if errors.Is(err, errQueued) {
-			s.expectClaim(r.Name, r.RequestID)
-			return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Queued{Queued: &fencelockv1.AcquireQueued{}}}
+	}
+
+	if len(renews) > 0 {
+		// One check for all: it starts after every renewal arrived, so its
+		// answer proves leadership after each of them (see leaderCheck).
+		ctx := context.Background()
+		checkErr := s.leaderCheck.check(ctx)
+		for _, i := range renews {
+			m := items[i].GetRenew()
+			ttl, err := s.renewChecked(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token), checkErr)
+			if err != nil {
+				out[i] = fail("Renew", err)
+				continue
+			}
+			out[i] = &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Renew{Renew: &fencelockv1.RenewResponse{Ttl: durationpb.New(ttl)}}}
 		}
-		if err != nil {
-			return fail("Acquire", err)
+	}
+
+	for i, p := range proposals {
+		if p.f == nil {
+			continue
 		}
-		return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Acquire{Acquire: acquireResponse(g)}}
-	case *fencelockv1.BatchItem_Renew:
-		m := op.Renew
-		ttl, err := s.Renew(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token))
-		if err != nil {
-			return fail("Renew", err)
+		res, err := s.await(p)
+		switch p.op {
+		case fsm.OpAcquire:
+			r := acquires[i]
+			var g fencelock.Grant
+			if err == nil {
+				g, err = s.acquireOutcome(r, res)
+			}
+			switch {
+			case errors.Is(err, errQueued):
+				s.expectClaim(r.Name, r.RequestID)
+				out[i] = &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Queued{Queued: &fencelockv1.AcquireQueued{}}}
+			case err != nil:
+				out[i] = fail("Acquire", err)
+			default:
+				out[i] = &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Acquire{Acquire: acquireResponse(g)}}
+			}
+		case fsm.OpRelease:
+			if err == nil {
+				err = s.releaseOutcome(res)
+			}
+			if err != nil {
+				out[i] = fail("Release", err)
+				continue
+			}
+			out[i] = &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Release{Release: &fencelockv1.ReleaseResponse{}}}
 		}
-		return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Renew{Renew: &fencelockv1.RenewResponse{Ttl: durationpb.New(ttl)}}}
-	case *fencelockv1.BatchItem_Release:
-		m := op.Release
-		if err := s.Release(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {
-			return fail("Release", err)
-		}
-		return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Release{Release: &fencelockv1.ReleaseResponse{}}}
-	default:
-		return fail("Batch", fmt.Errorf("batch item %d has no operation: %w", i, fencelock.ErrInvalidArgument))
 	}
 }
 

@@ -186,7 +186,9 @@ func TestServer_UnclaimedQueuedRequestIsDropped(t *testing.T) {
 	srv := testproc.StartServer(t)
 	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
 	ctx := ctxFor(t, 60*time.Second)
-	batch(t, rpc, acquireItem("orphan", "h", 0))
+	holder := acquireItem("orphan", "h", 0)
+	holder.GetAcquire().Ttl = durationpb.New(time.Minute) // outlives the claim window
+	batch(t, rpc, holder)
 	if q := batch(t, rpc, acquireItem("orphan", "gone", time.Minute))[0]; q.GetQueued() == nil {
 		t.Fatalf("waiter = %v, want queued", q)
 	}

@@ -232,33 +232,54 @@ func (s *Server) becomeReady(epoch uint64) {
 // node is not the leader; ErrUnavailable when the outcome is unknown
 // (leadership lost, timeout, shutdown, ctx ended after the proposal).
 func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
-	cmd.Now = time.Now().UnixNano()
-	start := time.Now()
-	f := s.raft.Apply(cmd.Encode(), s.cfg.ApplyTimeout)
-	var err error
+	p := s.propose(cmd)
 	if ctx.Done() == nil {
-		err = f.Error() // nothing else to wait for (Batch items): no goroutine
-	} else {
-		done := make(chan error, 1)
-		go func() { done <- f.Error() }()
-		select {
-		case err = <-done:
-		case <-ctx.Done():
-			return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(cmd.Op), fencelock.ErrUnavailable, ctx.Err())
-		}
+		return s.await(p) // nothing else to wait for: no goroutine
 	}
-	s.metrics.applySeconds.Observe(time.Since(start).Seconds())
+	done := make(chan error, 1)
+	go func() { done <- p.f.Error() }()
+	select {
+	case err := <-done:
+		return s.outcome(p, err)
+	case <-ctx.Done():
+		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(cmd.Op), fencelock.ErrUnavailable, ctx.Err())
+	}
+}
+
+// proposal is a command handed to Raft; await reads its outcome. A Batch
+// proposes all its entries before it awaits any, so they share appends and
+// syncs without a goroutine each.
+type proposal struct {
+	op    fsm.Op
+	f     raft.ApplyFuture
+	start time.Time
+}
+
+// propose stamps cmd.Now and hands cmd to Raft without waiting for it.
+func (s *Server) propose(cmd fsm.Command) proposal {
+	cmd.Now = time.Now().UnixNano()
+	return proposal{op: cmd.Op, f: s.raft.Apply(cmd.Encode(), s.cfg.ApplyTimeout), start: time.Now()}
+}
+
+// await waits until p's entry is applied, or Raft gives up on it (lost
+// leadership, shutdown); Apply's errors.
+func (s *Server) await(p proposal) (fsm.Result, error) {
+	return s.outcome(p, p.f.Error())
+}
+
+func (s *Server) outcome(p proposal, err error) (fsm.Result, error) {
+	s.metrics.applySeconds.Observe(time.Since(p.start).Seconds())
 	if err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader):
-			return fsm.Result{}, fmt.Errorf("apply %s: %w", opName(cmd.Op), s.notLeader())
+			return fsm.Result{}, fmt.Errorf("apply %s: %w", opName(p.op), s.notLeader())
 		default:
-			return fsm.Result{}, fmt.Errorf("apply %s: %v: %w", opName(cmd.Op), err, fencelock.ErrUnavailable)
+			return fsm.Result{}, fmt.Errorf("apply %s: %v: %w", opName(p.op), err, fencelock.ErrUnavailable)
 		}
 	}
-	res, ok := f.Response().(fsm.Result)
+	res, ok := p.f.Response().(fsm.Result)
 	if !ok {
-		return fsm.Result{}, fmt.Errorf("apply %s: unexpected response %T: %w", opName(cmd.Op), f.Response(), fencelock.ErrUnavailable)
+		return fsm.Result{}, fmt.Errorf("apply %s: unexpected response %T: %w", opName(p.op), p.f.Response(), fencelock.ErrUnavailable)
 	}
 	return res, nil
 }

@@ -84,23 +84,12 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		res.Queued = true
 	} else {
 		var err error
-		res, err = s.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: req.Name, RequestID: req.RequestID,
-			Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0})
-		if err != nil {
+		if res, err = s.Apply(ctx, acquireCommand(req)); err != nil {
 			return fencelock.Grant{}, err
 		}
 	}
-	switch {
-	case res.Err != nil:
-		return fencelock.Grant{}, s.withExpiry(res.Err)
-	case res.Grant != nil:
-		return grantOf(req.Name, *res.Grant), nil
-	case !res.Queued:
-		return fencelock.Grant{}, fmt.Errorf("acquire %q: empty result: %w", req.Name, fencelock.ErrUnavailable)
-	}
-
-	if req.ReturnQueued {
-		return fencelock.Grant{}, errQueued
+	if g, err := s.acquireOutcome(req, res); !errors.Is(err, errQueued) || req.ReturnQueued {
+		return g, err
 	}
 	timer := time.NewTimer(req.Wait)
 	defer timer.Stop()
@@ -136,6 +125,25 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		held.Holder, held.Token = l.Holder.Holder, l.Holder.Token
 	}
 	return fencelock.Grant{}, s.withExpiry(held)
+}
+
+func acquireCommand(req AcquireRequest) fsm.Command {
+	return fsm.Command{Op: fsm.OpAcquire, Name: req.Name, RequestID: req.RequestID,
+		Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0}
+}
+
+// acquireOutcome turns an applied acquire into the grant, the refusal, or
+// errQueued.
+func (s *Server) acquireOutcome(req AcquireRequest, res fsm.Result) (fencelock.Grant, error) {
+	switch {
+	case res.Err != nil:
+		return fencelock.Grant{}, s.withExpiry(res.Err)
+	case res.Grant != nil:
+		return grantOf(req.Name, *res.Grant), nil
+	case !res.Queued:
+		return fencelock.Grant{}, fmt.Errorf("acquire %q: empty result: %w", req.Name, fencelock.ErrUnavailable)
+	}
+	return fencelock.Grant{}, errQueued
 }
 
 // waitEnded turns the event that ended a wait into Acquire's answer.
@@ -187,7 +195,13 @@ func (s *Server) Renew(ctx context.Context, name fencelock.LockName, id fenceloc
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if err := s.leaderCheck.check(ctx); err != nil {
+	return s.renewChecked(ctx, name, id, token, s.leaderCheck.check(ctx))
+}
+
+// renewChecked renews after the leadership check that ended with checkErr
+// (Batch checks once for all its renewals).
+func (s *Server) renewChecked(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token, checkErr error) (time.Duration, error) {
+	if checkErr != nil {
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("renew %q: %w: %w", name, fencelock.ErrUnavailable, ctx.Err())
 		}
@@ -215,10 +229,18 @@ func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencel
 	if err := validateGrantRef(name, id, token); err != nil {
 		return err
 	}
-	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: id, Token: token})
+	res, err := s.Apply(ctx, releaseCommand(name, id, token))
 	if err != nil {
 		return err
 	}
+	return s.releaseOutcome(res)
+}
+
+func releaseCommand(name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) fsm.Command {
+	return fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: id, Token: token}
+}
+
+func (s *Server) releaseOutcome(res fsm.Result) error {
 	if res.Err != nil {
 		return res.Err
 	}
