@@ -46,6 +46,46 @@ type batcher struct {
 	mu       sync.Mutex
 	queue    []*batchCall
 	inflight int
+	// queuedAt: locks whose batched Acquire joined a wait queue lately (unix
+	// ns), so the next Acquire that may wait goes unary: it will most likely
+	// queue again, and a unary call queues and waits in one request.
+	queuedAt map[string]int64
+}
+
+// A lock counts as contended for contendedFor after an Acquire of it
+// queued; the batcher remembers at most maxContended locks.
+const (
+	contendedFor = time.Second
+	maxContended = 4096
+)
+
+// contended reports whether an Acquire of name queued within contendedFor.
+func (b *batcher) contended(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.queuedAt[name]
+	return ok && time.Since(time.Unix(0, at)) < contendedFor
+}
+
+// queued records that an Acquire of name joined its wait queue.
+func (b *batcher) queued(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	if len(b.queuedAt) >= maxContended {
+		for n, at := range b.queuedAt {
+			if now.Sub(time.Unix(0, at)) >= contendedFor {
+				delete(b.queuedAt, n)
+			}
+		}
+		if len(b.queuedAt) >= maxContended {
+			return
+		}
+	}
+	if b.queuedAt == nil {
+		b.queuedAt = make(map[string]int64)
+	}
+	b.queuedAt[name] = now.UnixNano()
 }
 
 type batchCall struct {
@@ -183,10 +223,11 @@ func (ep *endpoint) batched(ctx context.Context, item *fencelockv1.BatchItem, la
 
 // acquire is one attempt of Acquire on ep. In a batch an Acquire that joins
 // the queue does not wait; a unary Acquire of the same request id then waits
-// for the grant (the node adds no entry for it). If the attempt ends before
-// the batch answers and the answer then shows the request queued or
-// granted, abandoned is called (in another goroutine): the caller decides
-// whether to take the request back. The unary wait needs no such care: the
+// for the grant (the node adds no entry for it). An Acquire that may wait
+// for a lock that was contended lately goes unary at once. If the attempt
+// ends before the batch answers and the answer then shows the request
+// queued or granted, abandoned is called (in another goroutine): the caller
+// decides whether to take the request back. The unary wait needs no such care: the
 // node takes the request out of the queue when that call goes away.
 func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, abandoned func()) (*fencelockv1.Grant, error) {
 	late := func(res *fencelockv1.BatchResult, err error) {
@@ -194,9 +235,24 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 			abandoned()
 		}
 	}
-	res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Acquire{Acquire: req}}, late)
-	if ok && (err != nil || res.GetQueued() == nil) {
-		return res.GetAcquire().GetGrant(), err
+	if ep.batch == nil || req.Wait.AsDuration() <= 0 || !ep.batch.contended(req.Name) {
+		res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Acquire{Acquire: req}}, late)
+		if ok && (err != nil || res.GetQueued() == nil) {
+			return res.GetAcquire().GetGrant(), err
+		}
+		if ok {
+			ep.batch.queued(req.Name)
+			resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
+			if err != nil {
+				if ctx.Err() != nil {
+					// The wait may never have reached the node, which
+					// then holds the queued request for nobody.
+					go abandoned()
+				}
+				return nil, err
+			}
+			return resp.Msg.Grant, nil
+		}
 	}
 	resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
 	if err != nil {

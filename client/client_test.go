@@ -357,3 +357,81 @@ func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
 	}
 	next.Release(ctx)
 }
+
+// countingTransport counts the requests to each RPC path.
+type countingTransport struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.n[r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]]++
+	c.mu.Unlock()
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func (c *countingTransport) count(method string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[method]
+}
+
+// TestClient_ContendedLockAcquiresUnary: once an Acquire of a lock queued,
+// the next Acquire of it that may wait is one unary call (queue and wait in
+// one request), not a batch that answers "queued" and then the wait.
+func TestClient_ContendedLockAcquiresUnary(t *testing.T) {
+	addr := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	holder, err := quietClient(t, addr).Acquire(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &countingTransport{n: map[string]int{}}
+	cfg := client.DefaultConfig(addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.HTTPClient = &http.Client{Transport: tr}
+	c, err := client.NewFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// waitOnce queues behind holder, releases holder, and returns the grant.
+	waitOnce := func(holder *client.Lock) *client.Lock {
+		t.Helper()
+		got := make(chan *client.Lock, 1)
+		go func() {
+			l, err := c.Acquire(ctx, "busy")
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		for {
+			li, err := quietClient(t, addr).Describe(ctx, "busy")
+			if err == nil && len(li.Waiters) == 1 {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the waiter never queued")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return <-got
+	}
+	first := waitOnce(holder)
+	if b, a := tr.count("Batch"), tr.count("Acquire"); b != 1 || a != 1 {
+		t.Fatalf("first wait: %d batches and %d unary acquires, want 1 and 1 (queued in a batch, then the wait)", b, a)
+	}
+	second := waitOnce(first) // first's release is a batch too
+	if b, a := tr.count("Batch"), tr.count("Acquire"); b != 2 || a != 2 {
+		t.Fatalf("second wait: %d batches and %d unary acquires in all, want 2 and 2 (the release batched, the wait one unary call)", b, a)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
