@@ -45,7 +45,7 @@ const commandV1 = 1
 
 // Encode returns the command's log bytes (JSON; see commandV1).
 func (c Command) Encode() []byte {
-	if b, ok := appendJSON(make([]byte, 0, 96+len(c.Name)+len(c.RequestID)+len(c.Holder)+len(c.LeaseID)), c); ok {
+	if b, ok := appendJSON(make([]byte, 0, 160+len(c.Name)+len(c.RequestID)+len(c.Holder)+len(c.LeaseID)), c); ok {
 		return b
 	}
 	b, err := json.Marshal(c)

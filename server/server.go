@@ -234,7 +234,14 @@ func (s *Server) becomeReady(epoch uint64) {
 func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	p := s.propose(cmd)
 	if ctx.Done() == nil {
-		return s.await(p) // nothing else to wait for: no goroutine
+		// Nothing else to wait for: no goroutine. (Batch items: the batch
+		// as a whole is bounded by ApplyTimeout.)
+		return s.await(p)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.ApplyTimeout)
+		defer cancel()
 	}
 	done := make(chan error, 1)
 	go func() { done <- p.f.Error() }()
@@ -258,7 +265,10 @@ type proposal struct {
 // propose stamps cmd.Now and hands cmd to Raft without waiting for it.
 func (s *Server) propose(cmd fsm.Command) proposal {
 	cmd.Now = time.Now().UnixNano()
-	return proposal{op: cmd.Op, f: s.raft.Apply(cmd.Encode(), s.cfg.ApplyTimeout), start: time.Now()}
+	// No enqueue timeout: Raft would start a timer per entry for it, and
+	// every Raft state takes proposals at once (a follower refuses them).
+	// The callers bound the wait (the request's context, Batch's timer).
+	return proposal{op: cmd.Op, f: s.raft.Apply(cmd.Encode(), 0), start: time.Now()}
 }
 
 // await waits until p's entry is applied, or Raft gives up on it (lost

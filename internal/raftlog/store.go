@@ -318,7 +318,11 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 			return s.fail(err)
 		}
 	}
-	buf := make([]byte, 0, 64*len(logs))
+	size := 0
+	for _, l := range logs {
+		size += headerSize + payloadBase + len(l.Data) + len(l.Extensions)
+	}
+	buf := make([]byte, 0, size)
 	offs := make([]int64, len(logs))
 	for i, l := range logs {
 		offs[i] = g.end + int64(len(buf))
