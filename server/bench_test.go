@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -11,7 +13,9 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/server"
 )
 
 // BenchmarkAcquireRelease measures acquire+release pairs per second against
@@ -161,4 +165,67 @@ func BenchmarkRenew(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "renewals/s")
 	b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "server-cpu-µs/renewal")
 	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkApplyInProcess measures acquire+release pairs per second through
+// Server.Apply in the same process: Raft, the log store with fsync on, and
+// the FSM, without the API's transport. Compared with AcquireRelease in the
+// same run it shows what HTTP, Connect and a second process cost.
+//
+//	go test -run '^$' -bench ApplyInProcess -benchtime 3000x ./server/
+func BenchmarkApplyInProcess(b *testing.B) {
+	cfg := server.DefaultConfig()
+	cfg.DataDir = b.TempDir()
+	cfg.RaftAddr = testproc.FreeAddr(b)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := server.Open(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for _, workers := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("goroutines=%d", workers), func(b *testing.B) {
+			var wg sync.WaitGroup
+			var failed atomic.Value
+			start := time.Now()
+			for w := 0; w < workers; w++ {
+				n := b.N / workers
+				if w < b.N%workers {
+					n++
+				}
+				name := fencelock.LockName(fmt.Sprintf("inproc/%d/%d", workers, w))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < n; i++ {
+						res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: name, LeaseID: fencelock.NewLeaseID(), TTL: int64(10 * time.Second)})
+						if err == nil && res.Grant == nil {
+							err = fmt.Errorf("no grant: %+v", res)
+						}
+						if err == nil {
+							res, err = s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: res.Grant.LeaseID, Token: res.Grant.Token})
+						}
+						if err == nil {
+							err = res.Err
+						}
+						if err != nil {
+							failed.Store(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err, _ := failed.Load().(error); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }
