@@ -27,5 +27,5 @@ go test -race -count=1 -timeout 20m "$@" ./...
 echo "== bench module: vet and tests" >&2
 (cd bench && go vet ./... && go test -race -count=1 ./...)
 echo "== benchmark smoke runs (numbers are not checked)" >&2
-go test -run '^$' -bench 'AcquireRelease|Renew' -benchtime 64x ./server/
+go test -run '^$' -bench 'AcquireRelease|Renew|ApplyInProcess' -benchtime 64x ./server/
 bash bench/run.sh --smoke --out "$svcdir/bench-smoke.md"
