@@ -46,6 +46,7 @@ type batcher struct {
 	mu       sync.Mutex
 	queue    []*batchCall
 	inflight int
+	alone    int // calls sent unary because nothing else was out (0 or 1)
 	// queuedAt: locks whose batched Acquire joined a wait queue lately (unix
 	// ns), so the next Acquire that may wait goes unary: it will most likely
 	// queue again, and a unary call queues and waits in one request.
@@ -58,6 +59,27 @@ const (
 	contendedFor = time.Second
 	maxContended = 4096
 )
+
+// goAlone reports whether no batch and no other lone call is out and none
+// is queued; then the caller sends its Acquire or Release unary at once,
+// from its own goroutine, and calls doneAlone when it returns. Batching pays only when
+// calls overlap; a lone call would pay a hand-off to the sending goroutine
+// and the batch's wrapping for nothing.
+func (b *batcher) goAlone() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.inflight > 0 || b.alone > 0 || len(b.queue) > 0 {
+		return false
+	}
+	b.alone++
+	return true
+}
+
+func (b *batcher) doneAlone() {
+	b.mu.Lock()
+	b.alone--
+	b.mu.Unlock()
+}
 
 // contended reports whether an Acquire of name queued within contendedFor.
 func (b *batcher) contended(name string) bool {
@@ -235,7 +257,14 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 			abandoned()
 		}
 	}
-	if ep.batch == nil || req.Wait.AsDuration() <= 0 || !ep.batch.contended(req.Name) {
+	// An Acquire that will most likely wait goes unary without taking the
+	// lone slot: it may be out for long, and others' calls may go alone.
+	contended := ep.batch != nil && req.Wait.AsDuration() > 0 && ep.batch.contended(req.Name)
+	alone := ep.batch != nil && !contended && ep.batch.goAlone()
+	if alone {
+		defer ep.batch.doneAlone()
+	}
+	if ep.batch != nil && !alone && !contended {
 		res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Acquire{Acquire: req}}, late)
 		if ok && (err != nil || res.GetQueued() == nil) {
 			return res.GetAcquire().GetGrant(), err
@@ -263,6 +292,8 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 
 // renew is one attempt of Renew on ep.
 func (ep *endpoint) renew(ctx context.Context, req *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
+	// Renewals always batch, even alone: nobody waits on their latency, and
+	// a batched renewal costs the node a fraction of a unary one's CPU.
 	res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Renew{Renew: req}}, nil)
 	if ok {
 		if err == nil && res.GetRenew() == nil {
@@ -279,7 +310,9 @@ func (ep *endpoint) renew(ctx context.Context, req *fencelockv1.RenewRequest) (*
 
 // release is one attempt of Release on ep.
 func (ep *endpoint) release(ctx context.Context, req *fencelockv1.ReleaseRequest) error {
-	if _, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: req}}, nil); ok {
+	if ep.batch != nil && ep.batch.goAlone() {
+		defer ep.batch.doneAlone()
+	} else if _, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: req}}, nil); ok {
 		return err
 	}
 	_, err := ep.lock.Release(ctx, connect.NewRequest(req))
