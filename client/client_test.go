@@ -24,6 +24,12 @@ import (
 // temp dir and returns its API address.
 func startServer(tb testing.TB) string {
 	tb.Helper()
+	return startServerWith(tb, func(*server.Config) {})
+}
+
+// startServerWith is startServer with a changed configuration.
+func startServerWith(tb testing.TB, change func(*server.Config)) string {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -34,6 +40,7 @@ func startServer(tb testing.TB) string {
 	cfg.DataDir = tb.TempDir()
 	cfg.RaftAddr = raftAddr
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	change(&cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s, err := server.Open(ctx, cfg)
@@ -505,5 +512,35 @@ func TestClient_ContendedLockAcquiresUnary(t *testing.T) {
 	}
 	if err := second.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClient_WaitLongerThanTheNodeAllows: a node ends one Acquire call at
+// its --max-wait; the client asks again until its own wait is over, so
+// WithWait(3s) against a node that allows 500 ms still gets a lock
+// released after 1.5 s.
+func TestClient_WaitLongerThanTheNodeAllows(t *testing.T) {
+	addr := startServerWith(t, func(cfg *server.Config) { cfg.MaxWait = 500 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holder, err := quietClient(t, addr).Acquire(ctx, "short-waits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(1500*time.Millisecond, func() { holder.Release(context.Background()) })
+	start := time.Now()
+	l, err := quietClient(t, addr).Acquire(ctx, "short-waits", client.WithWait(3*time.Second))
+	if err != nil {
+		t.Fatalf("acquire with a 3 s wait, lock released after 1.5 s: %v (after %v)", err, time.Since(start))
+	}
+	l.Release(ctx)
+	// And a wait shorter than the hold still ends with the lock held.
+	holder, err = quietClient(t, addr).Acquire(ctx, "short-waits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	if _, err := quietClient(t, addr).Acquire(ctx, "short-waits", client.WithWait(1200*time.Millisecond)); !errors.Is(err, fencelock.ErrLockHeld) {
+		t.Fatalf("acquire with a 1.2 s wait on a held lock = %v, want ErrLockHeld", err)
 	}
 }

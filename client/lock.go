@@ -15,8 +15,8 @@ import (
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
 
-// waitChunk bounds one queued Acquire call when the caller's context has no
-// deadline; Acquire queues again after it.
+// waitChunk bounds one queued Acquire call; a longer wait is several calls
+// with the same request id, and the request keeps its place between them.
 const waitChunk = 5 * time.Minute
 
 // ErrReleased is the cause of a Lock's context after Release.
@@ -49,17 +49,27 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	// since the first attempt (a retry, or a later wait chunk, can return a
 	// grant made earlier), so the lease counts from here.
 	first := time.Now()
+	// The wait ends at end (zero: only when ctx ends). One call waits at
+	// most waitChunk, and a node may end a call sooner (its --max-wait); the
+	// next call follows at once with the same request id. A call that is
+	// not the last asks the node to keep the request's place in the queue
+	// when it runs out (keep_place), so a long wait stays first in line.
+	var end time.Time
+	if o.waitSet {
+		end = first.Add(o.wait)
+	}
+	if dl, ok := ctx.Deadline(); ok && (end.IsZero() || dl.Before(end)) {
+		end = dl
+	}
 	for {
-		wait := o.wait
-		if !o.waitSet {
-			wait = waitChunk
-			if dl, ok := ctx.Deadline(); ok {
-				wait = min(time.Until(dl), waitChunk)
+		wait, keep := waitChunk, true
+		if !end.IsZero() {
+			if left := time.Until(end); left <= waitChunk {
+				wait, keep = max(left, 0), false
 			}
-			wait = max(wait, 0)
 		}
 		req := &fencelockv1.AcquireRequest{Name: name, Ttl: durationpb.New(o.ttl), Wait: durationpb.New(wait),
-			RequestId: o.requestID, Holder: o.holder}
+			RequestId: o.requestID, Holder: o.holder, KeepPlace: keep}
 		start := first
 		var g *fencelockv1.Grant
 		callerCtx := ctx
@@ -95,8 +105,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			}
 			return c.newLock(g, start, o.margin), nil
 		}
-		if !o.waitSet && errors.Is(err, fencelock.ErrLockHeld) && ctx.Err() == nil {
-			continue // the chunk ran out; queue again
+		if errors.Is(err, fencelock.ErrLockHeld) && wait > 0 && ctx.Err() == nil && (end.IsZero() || time.Until(end) > 0) {
+			continue // the call ran out before the wait did: ask again
 		}
 		return nil, fmt.Errorf("acquire %q: %w", name, err)
 	}

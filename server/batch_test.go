@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
@@ -209,5 +210,61 @@ func TestServer_UnclaimedQueuedRequestIsDropped(t *testing.T) {
 			t.Fatalf("the unclaimed request is still queued 20 s after it was queued")
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestServer_LongWaitKeepsItsPlace: a client splits a long wait into calls
+// (here cut to 1 s by --max-wait); when one runs out, the request keeps its
+// place in the queue, so a request queued after it stays after it. Without
+// keep_place the waiter would leave the queue and join it again at the back.
+func TestServer_LongWaitKeepsItsPlace(t *testing.T) {
+	srv := testproc.StartServer(t, "--max-wait", "1s")
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
+	ctx := ctxFor(t, 10*time.Minute) // longer than one call's wait (5 min): the client splits it
+	h := batch(t, rpc, acquireItem("line", "holder", 0))[0].GetAcquire().GetGrant()
+	c := newClient(t, srv.Addr)
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "line", client.WithHolder("first"))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	waiters := func() []string {
+		resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: "line"}))
+		if err != nil {
+			t.Fatalf("describe: %v", wire.FromConnect(err))
+		}
+		var out []string
+		for _, w := range resp.Msg.Lock.Waiters {
+			out = append(out, w.Holder)
+		}
+		return out
+	}
+	for len(waiters()) != 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The second request waits without calls that run out: Batch queued
+	// it, and nobody claims it within the test.
+	second := acquireItem("line", "second", time.Minute)
+	second.GetAcquire().Holder = "second"
+	if q := batch(t, rpc, second)[0]; q.GetQueued() == nil {
+		t.Fatalf("second = %v, want queued", q)
+	}
+	time.Sleep(2500 * time.Millisecond) // the first waiter's calls ran out twice
+	if w := waiters(); len(w) != 2 || w[0] != "first" || w[1] != "second" {
+		t.Fatalf("waiters after the first one's calls ran out: %q, want [first second]", w)
+	}
+	// And the first is served first.
+	batch(t, rpc, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: &fencelockv1.ReleaseRequest{
+		Name: "line", LeaseId: h.LeaseId, Token: h.Token}}})
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("first waiter: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first waiter was not granted the lock the holder released")
 	}
 }

@@ -64,7 +64,7 @@ func (a *api) count(method string, err error) {
 
 func acquireRequest(m *fencelockv1.AcquireRequest) AcquireRequest {
 	return AcquireRequest{Name: fencelock.LockName(m.Name), TTL: m.Ttl.AsDuration(), Wait: m.Wait.AsDuration(),
-		RequestID: m.RequestId, Holder: m.Holder}
+		RequestID: m.RequestId, Holder: m.Holder, KeepPlace: m.KeepPlace}
 }
 
 func acquireResponse(g fencelock.Grant) *fencelockv1.AcquireResponse {

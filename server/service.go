@@ -34,6 +34,11 @@ type AcquireRequest struct {
 	// errQueued at once instead of waiting; the caller waits later with an
 	// Acquire of the same RequestID (Batch does this).
 	ReturnQueued bool
+	// KeepPlace: when Wait runs out, the request stays queued for
+	// claimWindow instead of leaving the queue, so that the caller's next
+	// Acquire of the same RequestID resumes its place (a long wait split
+	// into calls). The answer is still a LockHeldError.
+	KeepPlace bool
 }
 
 // errQueued: the request waits in the lock's queue (ReturnQueued).
@@ -97,6 +102,9 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	case ev := <-ch:
 		return s.waitEnded(req.Name, ev)
 	case <-timer.C:
+		if req.KeepPlace {
+			return fencelock.Grant{}, s.keepPlace(req.Name, req.RequestID)
+		}
 	case <-ctx.Done():
 	}
 	// Gave up. A grant that arrived meanwhile is still ours if the caller is.
@@ -144,6 +152,18 @@ func (s *Server) acquireOutcome(req AcquireRequest, res fsm.Result) (fencelock.G
 		return fencelock.Grant{}, fmt.Errorf("acquire %q: empty result: %w", req.Name, fencelock.ErrUnavailable)
 	}
 	return fencelock.Grant{}, errQueued
+}
+
+// keepPlace ends a KeepPlace wait that ran out: the request stays queued
+// for claimWindow (or until a call comes to wait for it again), and the
+// answer is the lock's current holder.
+func (s *Server) keepPlace(name fencelock.LockName, rid string) error {
+	s.expectClaim(name, rid)
+	held := &fencelock.LockHeldError{Name: name}
+	if l, ok := s.fsm.Get(name); ok && l.Holder != nil {
+		held.Holder, held.Token = l.Holder.Holder, l.Holder.Token
+	}
+	return s.withExpiry(held)
 }
 
 // waitEnded turns the event that ended a wait into Acquire's answer.

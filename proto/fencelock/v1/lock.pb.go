@@ -545,7 +545,13 @@ type AcquireRequest struct {
 	// Client-generated id; a retry with the same id returns the same grant.
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// A label for humans (host, pid, job); shown by Describe.
-	Holder        string `protobuf:"bytes,5,opt,name=holder,proto3" json:"holder,omitempty"`
+	Holder string `protobuf:"bytes,5,opt,name=holder,proto3" json:"holder,omitempty"`
+	// When the wait runs out, keep the request's place in the queue for a
+	// short while (10 s): the client is about to ask again with the same
+	// request_id and resume its place. Clients set it when they split a long
+	// wait into several calls. Without it, a wait that runs out leaves the
+	// queue.
+	KeepPlace     bool `protobuf:"varint,6,opt,name=keep_place,json=keepPlace,proto3" json:"keep_place,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -613,6 +619,13 @@ func (x *AcquireRequest) GetHolder() string {
 		return x.Holder
 	}
 	return ""
+}
+
+func (x *AcquireRequest) GetKeepPlace() bool {
+	if x != nil {
+		return x.KeepPlace
+	}
+	return false
 }
 
 type Grant struct {
@@ -1898,14 +1911,16 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"BatchError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x121\n" +
 	"\x06detail\x18\x02 \x01(\v2\x19.fencelock.v1.ErrorDetailR\x06detail\x12!\n" +
-	"\fconnect_code\x18\x03 \x01(\tR\vconnectCode\"\xb7\x01\n" +
+	"\fconnect_code\x18\x03 \x01(\tR\vconnectCode\"\xd6\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
 	"\x04wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
-	"\x06holder\x18\x05 \x01(\tR\x06holder\"y\n" +
+	"\x06holder\x18\x05 \x01(\tR\x06holder\x12\x1d\n" +
+	"\n" +
+	"keep_place\x18\x06 \x01(\bR\tkeepPlace\"y\n" +
 	"\x05Grant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x19\n" +
