@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/store"
@@ -236,5 +237,42 @@ func TestOpen(t *testing.T) {
 				s.Close()
 			}
 		})
+	}
+}
+
+// TestClient_Put_idempotencyKeyExpires: an Idempotency-Key's answer is kept
+// for IdempotencyTTL; after it the key is a new request, and the background
+// sweep deletes the old answer.
+func TestClient_Put_idempotencyKeyExpires(t *testing.T) {
+	cfg := store.DefaultConfig()
+	cfg.IdempotencyTTL = 300 * time.Millisecond
+	ts := startStore(t, cfg)
+	ctx := t.Context()
+	if _, err := ts.client.Put(ctx, "k", 5, strings.NewReader("v1"), store.WithIdempotencyKey("req-1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.client.Put(ctx, "k", 5, strings.NewReader("other"), store.WithIdempotencyKey("req-1")); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("reusing the key within its TTL returned %v, want ErrInvalidArgument", err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if _, err := ts.client.Put(ctx, "k", 5, strings.NewReader("other"), store.WithIdempotencyKey("req-1")); err != nil {
+		t.Fatalf("the key after its TTL returned %v, want a new write", err)
+	}
+	if got, _, _ := ts.client.Get(ctx, "k"); string(got) != "other" {
+		t.Fatalf("k holds %q, want %q", got, "other")
+	}
+	// The sweep runs every second at this TTL and deletes the first answer
+	// (the second expires too by then).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := ts.do(t, "GET", "/metrics", nil, nil)
+		if strings.Contains(string(body), "fencelock_store_idempotency_expired_total 1") ||
+			strings.Contains(string(body), "fencelock_store_idempotency_expired_total 2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no expired answer was swept within 10 s:\n%s", body)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

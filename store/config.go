@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/fencelock/fencelock"
 )
@@ -11,6 +12,10 @@ import (
 // DefaultMaxObjectSize is the largest object body the store accepts unless
 // configured otherwise: 64 MiB.
 const DefaultMaxObjectSize int64 = 64 << 20
+
+// DefaultIdempotencyTTL is how long an Idempotency-Key's first answer is
+// kept unless configured otherwise: a day, far longer than any retry loop.
+const DefaultIdempotencyTTL = 24 * time.Hour
 
 // Config configures a Server.
 type Config struct {
@@ -22,6 +27,12 @@ type Config struct {
 	// ones are refused with 413 and nothing is stored. Zero means
 	// DefaultMaxObjectSize.
 	MaxObjectSize int64
+
+	// IdempotencyTTL is how long the first answer to an Idempotency-Key is
+	// kept: a repeat within it gets that answer again, a request with the
+	// key after it is a new write. Expired answers are deleted in the
+	// background. Zero means DefaultIdempotencyTTL.
+	IdempotencyTTL time.Duration
 
 	// DisableFencing makes the store accept every write regardless of its
 	// fencing token. It is unsafe: it exists only to demonstrate the
@@ -35,7 +46,7 @@ type Config struct {
 // DefaultConfig returns a configuration with every default filled in; only
 // DataDir is left to set.
 func DefaultConfig() Config {
-	return Config{MaxObjectSize: DefaultMaxObjectSize}
+	return Config{MaxObjectSize: DefaultMaxObjectSize, IdempotencyTTL: DefaultIdempotencyTTL}
 }
 
 // Validate reports whether c can open a store. The error wraps
@@ -48,6 +59,9 @@ func (c Config) Validate() error {
 	if c.MaxObjectSize < 0 {
 		errs = append(errs, fmt.Errorf("MaxObjectSize is %d: it must be positive, or 0 for the default", c.MaxObjectSize))
 	}
+	if c.IdempotencyTTL < 0 {
+		errs = append(errs, fmt.Errorf("IdempotencyTTL is %v: it must be positive, or 0 for the default", c.IdempotencyTTL))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("validate store config: %w: %w", fencelock.ErrInvalidArgument, err)
 	}
@@ -57,6 +71,9 @@ func (c Config) Validate() error {
 func (c Config) withDefaults() Config {
 	if c.MaxObjectSize == 0 {
 		c.MaxObjectSize = DefaultMaxObjectSize
+	}
+	if c.IdempotencyTTL == 0 {
+		c.IdempotencyTTL = DefaultIdempotencyTTL
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -35,6 +35,14 @@ type record struct {
 type idempotencyRecord struct {
 	Fingerprint []byte `json:"fingerprint"`
 	Answer      answer `json:"answer"`
+	// At is when the answer was given; records written before it existed
+	// have none, and the sweep gives them one.
+	At time.Time `json:"at,omitzero"`
+}
+
+// expired reports whether rec's answer is older than ttl at now.
+func (rec idempotencyRecord) expired(now time.Time, ttl time.Duration) bool {
+	return !rec.At.IsZero() && now.Sub(rec.At) >= ttl
 }
 
 func openDB(dir string) (*bolt.DB, error) {
@@ -118,7 +126,9 @@ func deleteObject(tx *bolt.Tx, key string) error {
 	return nil
 }
 
-func idempotencyOf(tx *bolt.Tx, key string) (idempotencyRecord, bool, error) {
+// idempotencyOf returns the answer recorded for key, unless there is none
+// or it is older than ttl at now.
+func idempotencyOf(tx *bolt.Tx, key string, now time.Time, ttl time.Duration) (idempotencyRecord, bool, error) {
 	v := tx.Bucket(bucketIdempotency).Get([]byte(key))
 	if v == nil {
 		return idempotencyRecord{}, false, nil
@@ -126,6 +136,9 @@ func idempotencyOf(tx *bolt.Tx, key string) (idempotencyRecord, bool, error) {
 	var rec idempotencyRecord
 	if err := json.Unmarshal(v, &rec); err != nil {
 		return idempotencyRecord{}, false, fmt.Errorf("decode idempotency record: %w", err)
+	}
+	if rec.expired(now, ttl) {
+		return idempotencyRecord{}, false, nil
 	}
 	return rec, true, nil
 }
@@ -139,4 +152,50 @@ func putIdempotency(tx *bolt.Tx, key string, rec idempotencyRecord) error {
 		return fmt.Errorf("store idempotency record: %w", err)
 	}
 	return nil
+}
+
+// sweepIdempotency deletes up to limit expired idempotency records and
+// stamps records without a time with now (they expire one ttl later). It
+// returns how many it deleted and whether it stopped at the limit.
+func sweepIdempotency(db *bolt.DB, now time.Time, ttl time.Duration, limit int) (deleted int, more bool, err error) {
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketIdempotency)
+		type stamp struct {
+			key []byte
+			rec idempotencyRecord
+		}
+		var doomed [][]byte
+		var stamps []stamp
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(doomed)+len(stamps) >= limit {
+				more = true
+				break
+			}
+			var rec idempotencyRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("decode idempotency record %q: %w", k, err)
+			}
+			switch {
+			case rec.At.IsZero():
+				rec.At = now
+				stamps = append(stamps, stamp{append([]byte(nil), k...), rec})
+			case rec.expired(now, ttl):
+				doomed = append(doomed, append([]byte(nil), k...))
+			}
+		}
+		for _, k := range doomed {
+			if err := b.Delete(k); err != nil {
+				return fmt.Errorf("delete idempotency record: %w", err)
+			}
+		}
+		for _, st := range stamps {
+			if err := putIdempotency(tx, string(st.key), st.rec); err != nil {
+				return err
+			}
+		}
+		deleted = len(doomed)
+		return nil
+	})
+	return deleted, more, err
 }

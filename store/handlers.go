@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -97,7 +98,7 @@ func (s *Server) precheck(wr write) error {
 	}
 	return s.db.View(func(tx *bolt.Tx) error {
 		if wr.idemKey != "" {
-			if _, seen, err := idempotencyOf(tx, wr.idemKey); err != nil || seen {
+			if _, seen, err := idempotencyOf(tx, wr.idemKey, time.Now(), s.cfg.IdempotencyTTL); err != nil || seen {
 				return err
 			}
 		}

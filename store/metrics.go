@@ -7,8 +7,9 @@ import (
 
 // metrics are the store's Prometheus metrics, in a registry of its own.
 type metrics struct {
-	registry *prometheus.Registry
-	writes   *prometheus.CounterVec
+	registry    *prometheus.Registry
+	writes      *prometheus.CounterVec
+	idemExpired prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -23,7 +24,13 @@ func newMetrics() *metrics {
 				"fencing disabled unfenced or unfenced_stale (a write fencing would have refused).",
 		}, []string{"domain", "result"}),
 	}
-	m.registry.MustRegister(m.writes,
+	m.idemExpired = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fencelock",
+		Subsystem: "store",
+		Name:      "idempotency_expired_total",
+		Help:      "Idempotency-Key answers deleted by the background sweep after IdempotencyTTL.",
+	})
+	m.registry.MustRegister(m.writes, m.idemExpired,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

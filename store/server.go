@@ -28,6 +28,9 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	metricz http.Handler
+
+	stopSweep chan struct{} // closed by Close
+	swept     chan struct{} // closed when the sweeper has stopped
 }
 
 // Open opens (or creates) the store in cfg.DataDir. Only one Server may use a
@@ -42,18 +45,53 @@ func Open(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Server{cfg: cfg, db: db, log: cfg.Logger, metrics: newMetrics()}
+	s := &Server{cfg: cfg, db: db, log: cfg.Logger, metrics: newMetrics(),
+		stopSweep: make(chan struct{}), swept: make(chan struct{})}
 	s.metricz = promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})
 	if cfg.DisableFencing {
 		s.log.Warn("FENCING DISABLED: this store accepts every write whatever its fencing token, " +
 			"so a paused lock holder can overwrite newer data. Use it only to demonstrate that corruption.")
 	}
-	s.log.Info("store opened", "data_dir", cfg.DataDir, "max_object_size", cfg.MaxObjectSize, "fencing", !cfg.DisableFencing)
+	s.log.Info("store opened", "data_dir", cfg.DataDir, "max_object_size", cfg.MaxObjectSize, "fencing", !cfg.DisableFencing,
+		"idempotency_ttl", cfg.IdempotencyTTL)
+	go s.sweepLoop()
 	return s, nil
 }
 
-// Close closes the database. Requests still being served fail.
+// sweepLoop deletes expired idempotency answers every IdempotencyTTL/24
+// (at least every second, at most every hour), until Close.
+func (s *Server) sweepLoop() {
+	defer close(s.swept)
+	t := time.NewTicker(min(max(s.cfg.IdempotencyTTL/24, time.Second), time.Hour))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopSweep:
+			return
+		case <-t.C:
+		}
+		for more := true; more; {
+			var n int
+			var err error
+			n, more, err = sweepIdempotency(s.db, time.Now(), s.cfg.IdempotencyTTL, 10000)
+			if err != nil {
+				s.log.Warn("sweep of expired idempotency answers failed", "err", err)
+				break
+			}
+			s.metrics.idemExpired.Add(float64(n))
+		}
+	}
+}
+
+// Close stops the background sweep and closes the database. Requests still
+// being served fail.
 func (s *Server) Close() error {
+	select {
+	case <-s.stopSweep:
+	default:
+		close(s.stopSweep)
+	}
+	<-s.swept
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)
 	}

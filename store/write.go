@@ -86,9 +86,10 @@ func (s *Server) apply(ctx context.Context, w write) (answer, bool, error) {
 		result   string
 		replayed bool
 	)
+	now := time.Now()
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		if w.idemKey != "" {
-			rec, ok, err := idempotencyOf(tx, w.idemKey)
+			rec, ok, err := idempotencyOf(tx, w.idemKey, now, s.cfg.IdempotencyTTL)
 			if err != nil {
 				return err
 			}
@@ -105,7 +106,7 @@ func (s *Server) apply(ctx context.Context, w write) (answer, bool, error) {
 			return err
 		}
 		if w.idemKey != "" {
-			return putIdempotency(tx, w.idemKey, idempotencyRecord{Fingerprint: w.fingerprint(), Answer: ans})
+			return putIdempotency(tx, w.idemKey, idempotencyRecord{Fingerprint: w.fingerprint(), Answer: ans, At: now})
 		}
 		return nil
 	})

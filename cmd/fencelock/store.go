@@ -42,6 +42,7 @@ func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.DataDir, "data-dir", "./fencelock-store", "directory of the store's database (created if missing)")
 	maxSize := sizeFlag(cfg.MaxObjectSize)
 	fs.Var(&maxSize, "max-object-size", "largest object body accepted, in bytes or with a KiB, MiB or GiB suffix")
+	fs.DurationVar(&cfg.IdempotencyTTL, "idempotency-ttl", cfg.IdempotencyTTL, "how long the first answer to an Idempotency-Key is kept (a repeat within it gets that answer)")
 	fs.BoolVar(&cfg.DisableFencing, "no-fencing", false, "UNSAFE: accept every write whatever its token (for the split-brain demo only)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := parse(fs, args); err != nil {
