@@ -47,10 +47,11 @@ type batcher struct {
 	queue    []*batchCall
 	inflight int
 	alone    int // calls sent unary because nothing else was out (0 or 1)
-	// queuedAt: locks whose batched Acquire joined a wait queue lately (unix
-	// ns), so the next Acquire that may wait goes unary: it will most likely
-	// queue again, and a unary call queues and waits in one request.
-	queuedAt map[string]int64
+	// queuedAt: when a batched Acquire of a lock last joined its wait
+	// queue, so that the next Acquire that may wait goes unary: it will
+	// most likely queue again, and a unary call queues and waits in one
+	// request.
+	queuedAt map[string]time.Time
 }
 
 // A lock counts as contended for contendedFor after an Acquire of it
@@ -86,7 +87,7 @@ func (b *batcher) contended(name string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	at, ok := b.queuedAt[name]
-	return ok && time.Since(time.Unix(0, at)) < contendedFor
+	return ok && time.Since(at) < contendedFor
 }
 
 // queued records that an Acquire of name joined its wait queue.
@@ -96,7 +97,7 @@ func (b *batcher) queued(name string) {
 	now := time.Now()
 	if len(b.queuedAt) >= maxContended {
 		for n, at := range b.queuedAt {
-			if now.Sub(time.Unix(0, at)) >= contendedFor {
+			if now.Sub(at) >= contendedFor {
 				delete(b.queuedAt, n)
 			}
 		}
@@ -105,9 +106,9 @@ func (b *batcher) queued(name string) {
 		}
 	}
 	if b.queuedAt == nil {
-		b.queuedAt = make(map[string]int64)
+		b.queuedAt = make(map[string]time.Time)
 	}
-	b.queuedAt[name] = now.UnixNano()
+	b.queuedAt[name] = now
 }
 
 type batchCall struct {
@@ -249,8 +250,8 @@ func (ep *endpoint) batched(ctx context.Context, item *fencelockv1.BatchItem, la
 // for a lock that was contended lately goes unary at once. If the attempt
 // ends before the batch answers and the answer then shows the request
 // queued or granted, abandoned is called (in another goroutine): the caller
-// decides whether to take the request back. The unary wait needs no such care: the
-// node takes the request out of the queue when that call goes away.
+// decides whether to take the request back. A unary call whose context ends
+// calls it too: its entry may still commit after the call went away.
 func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, abandoned func()) (*fencelockv1.Grant, error) {
 	late := func(res *fencelockv1.BatchResult, err error) {
 		if err == nil && (res.GetQueued() != nil || res.GetAcquire() != nil) {
@@ -285,6 +286,11 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 	}
 	resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
 	if err != nil {
+		if ctx.Err() != nil {
+			// The acquire may commit after we left (queued or granted
+			// for nobody): the caller decides whether to take it back.
+			go abandoned()
+		}
 		return nil, err
 	}
 	return resp.Msg.Grant, nil

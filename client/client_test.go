@@ -148,6 +148,7 @@ func TestClient_ErrorsKeepIdentityAcrossTheWire(t *testing.T) {
 	}{
 		{"empty name", func() error { _, err := c.TryAcquire(ctx, ""); return err }, fencelock.ErrInvalidName},
 		{"ttl too long", func() error { _, err := c.TryAcquire(ctx, "a", client.WithTTL(2*time.Hour)); return err }, fencelock.ErrInvalidTTL},
+		{"negative wait", func() error { _, err := c.Acquire(ctx, "a", client.WithWait(-time.Second)); return err }, fencelock.ErrInvalidArgument},
 		{"describe missing", func() error { _, err := c.Describe(ctx, "missing"); return err }, fencelock.ErrNotFound},
 		{"release unknown", func() error {
 			return c.Release(ctx, "a", fencelock.NewLeaseID(), 7)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,6 +19,10 @@ import (
 // waitChunk bounds one queued Acquire call; a longer wait is several calls
 // with the same request id, and the request keeps its place between them.
 const waitChunk = 5 * time.Minute
+
+// minCall: a waiting call that a node ends sooner than this is followed by
+// a pause of this long before the next.
+const minCall = 50 * time.Millisecond
 
 // ErrReleased is the cause of a Lock's context after Release.
 var ErrReleased = errors.New("lock released")
@@ -42,6 +47,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	if o.margin >= o.ttl {
 		return nil, fmt.Errorf("acquire %q: safety margin %v is not below ttl %v: %w", name, o.margin, o.ttl, fencelock.ErrInvalidArgument)
 	}
+	if o.waitSet && o.wait < 0 {
+		return nil, fmt.Errorf("acquire %q: wait %v is negative: %w", name, o.wait, fencelock.ErrInvalidArgument)
+	}
 	if o.requestID == "" {
 		o.requestID = string(fencelock.NewLeaseID())
 	}
@@ -61,6 +69,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	if dl, ok := ctx.Deadline(); ok && (end.IsZero() || dl.Before(end)) {
 		end = dl
 	}
+	// acquired is set once Acquire has its grant: a late answer of an
+	// earlier attempt must not take back the request then.
+	var acquired atomic.Bool
 	for {
 		wait, keep := waitChunk, true
 		if !end.IsZero() {
@@ -79,16 +90,18 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			// take it back (out of the queue, or the grant ends) instead of
 			// leaving a waiter or a grant nobody uses until its TTL. If not,
 			// the next attempt with the same request id finds it.
-			if callerCtx.Err() != nil {
+			if callerCtx.Err() != nil && !acquired.Load() {
 				c.cancelWait(name, o.requestID)
 			}
 		}
+		called := time.Now()
 		err := c.callAt(ctx, wait, func(ctx context.Context, ep *endpoint) error {
 			var err error
 			g, err = ep.acquire(ctx, req, abandoned)
 			return err
 		})
 		if err == nil {
+			acquired.Store(true)
 			if g == nil || g.Token == 0 {
 				return nil, fmt.Errorf("acquire %q: service returned no grant: %w", name, fencelock.ErrUnavailable)
 			}
@@ -106,7 +119,20 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			return c.newLock(g, start, o.margin), nil
 		}
 		if errors.Is(err, fencelock.ErrLockHeld) && wait > 0 && ctx.Err() == nil && (end.IsZero() || time.Until(end) > 0) {
-			continue // the call ran out before the wait did: ask again
+			// The call ran out before the wait did: ask again (after a
+			// pause if the node ended it at once, so as not to spin).
+			if time.Since(called) < minCall {
+				select {
+				case <-time.After(minCall):
+				case <-ctx.Done():
+				}
+			}
+			continue
+		}
+		if errors.Is(err, fencelock.ErrLockHeld) && wait > 0 && ctx.Err() != nil {
+			// Gave up just as a call ran out: the node may be keeping the
+			// request's place for a next call that will not come.
+			go c.cancelWait(name, o.requestID)
 		}
 		return nil, fmt.Errorf("acquire %q: %w", name, err)
 	}

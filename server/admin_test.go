@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/server"
 )
 
 func adminClient(tb testing.TB, token string, endpoints ...string) *client.Client {
@@ -83,5 +84,21 @@ func TestServer_AdminTokenGuardsMembership(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "admin token") {
 		t.Fatalf("a node joining without the token: err %v, output:\n%s\nwant it to stop and name the admin token", err, out)
+	}
+}
+
+// TestConfig_RefusesAMaxWaitClientsWouldSpinOn: a max wait of zero would
+// turn every wait into a try-lock that clients repeat at once.
+func TestConfig_RefusesAMaxWaitClientsWouldSpinOn(t *testing.T) {
+	cfg := server.DefaultConfig()
+	for _, d := range []time.Duration{-time.Second, 0, 10 * time.Millisecond} {
+		cfg.MaxWait = d
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("max wait %v: Validate() = nil, want an error", d)
+		}
+	}
+	cfg.MaxWait = time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("max wait 1s: %v", err)
 	}
 }

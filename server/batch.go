@@ -63,6 +63,17 @@ func (a *api) runBatch(items []*fencelockv1.BatchItem, out []*fencelockv1.BatchR
 	proposals := make([]proposal, len(items))
 	acquires := make([]AcquireRequest, len(items))
 	var renews []int
+	// One leadership check for all the renewals, started at once (every
+	// renewal has arrived, so its answer proves leadership after each of
+	// them; see leaderCheck), not behind the proposals.
+	var checked chan error
+	for _, it := range items {
+		if it.GetRenew() != nil {
+			checked = make(chan error, 1)
+			go func() { checked <- s.leaderCheck.check(context.Background()) }()
+			break
+		}
+	}
 	for i, it := range items {
 		switch op := it.GetOp().(type) {
 		case *fencelockv1.BatchItem_Acquire:
@@ -98,11 +109,9 @@ func (a *api) runBatch(items []*fencelockv1.BatchItem, out []*fencelockv1.BatchR
 		}
 	}
 
-	if len(renews) > 0 {
-		// One check for all: it starts after every renewal arrived, so its
-		// answer proves leadership after each of them (see leaderCheck).
+	if checked != nil {
 		ctx := context.Background()
-		checkErr := s.leaderCheck.check(ctx)
+		checkErr := <-checked
 		for _, i := range renews {
 			m := items[i].GetRenew()
 			ttl, err := s.renewChecked(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token), checkErr)

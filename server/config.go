@@ -95,8 +95,8 @@ func (c Config) Validate() error {
 	if c.MinTTL <= 0 || c.MaxTTL < c.MinTTL {
 		errs = append(errs, fmt.Errorf("ttl range [%v, %v] is empty or not positive", c.MinTTL, c.MaxTTL))
 	}
-	if c.MaxWait < 0 {
-		errs = append(errs, fmt.Errorf("max wait %v is negative", c.MaxWait))
+	if c.MaxWait < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("max wait %v is below 100ms (clients would ask again and again)", c.MaxWait))
 	}
 	if c.HeartbeatTimeout <= 0 || c.ElectionTimeout <= 0 {
 		errs = append(errs, errors.New("raft timeouts must be positive"))

@@ -264,11 +264,11 @@ type proposal struct {
 
 // propose stamps cmd.Now and hands cmd to Raft without waiting for it.
 func (s *Server) propose(cmd fsm.Command) proposal {
-	cmd.Now = time.Now().UnixNano()
-	// No enqueue timeout: Raft would start a timer per entry for it, and
-	// every Raft state takes proposals at once (a follower refuses them).
-	// The callers bound the wait (the request's context, Batch's timer).
-	return proposal{op: cmd.Op, f: s.raft.Apply(cmd.Encode(), 0), start: time.Now()}
+	start := time.Now()
+	cmd.Now = start.UnixNano()
+	// The enqueue timeout matters when the leader loop is stuck (a disk
+	// that stalls in fsync): proposals then fail instead of piling up.
+	return proposal{op: cmd.Op, f: s.raft.Apply(cmd.Encode(), s.cfg.ApplyTimeout), start: start}
 }
 
 // await waits until p's entry is applied, or Raft gives up on it (lost

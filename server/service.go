@@ -37,7 +37,8 @@ type AcquireRequest struct {
 	// KeepPlace: when Wait runs out, the request stays queued for
 	// claimWindow instead of leaving the queue, so that the caller's next
 	// Acquire of the same RequestID resumes its place (a long wait split
-	// into calls). The answer is still a LockHeldError.
+	// into calls). The answer is still a LockHeldError. A wait longer than
+	// MaxWait keeps its place when MaxWait cuts it, KeepPlace or not.
 	KeepPlace bool
 }
 
@@ -72,7 +73,11 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	if err := s.validate(req); err != nil {
 		return fencelock.Grant{}, err
 	}
-	req.Wait = min(req.Wait, s.cfg.MaxWait) // a longer wait ends as LockHeld; clients queue again
+	// A longer wait ends as LockHeld at MaxWait, and the request keeps its
+	// place for the caller's next call (clients ask again while their wait
+	// lasts).
+	cut := req.Wait > s.cfg.MaxWait
+	req.Wait = min(req.Wait, s.cfg.MaxWait)
 	if req.Wait > 0 && req.RequestID == "" {
 		req.RequestID = string(fencelock.NewLeaseID()) // a waiter must be addressable
 	}
@@ -102,7 +107,12 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	case ev := <-ch:
 		return s.waitEnded(req.Name, ev)
 	case <-timer.C:
-		if req.KeepPlace {
+		if req.KeepPlace || cut {
+			select {
+			case ev := <-ch: // granted just now
+				return s.waitEnded(req.Name, ev)
+			default:
+			}
 			return fencelock.Grant{}, s.keepPlace(req.Name, req.RequestID)
 		}
 	case <-ctx.Done():
