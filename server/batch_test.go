@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"testing"
@@ -266,5 +267,59 @@ func TestServer_LongWaitKeepsItsPlace(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the first waiter was not granted the lock the holder released")
+	}
+}
+
+// TestServer_RetryKeepsARequestItsFirstCallLeft: a client's connection
+// breaks while it waits, and its retry (same request id, new connection)
+// is already waiting when the node notices: the first call's going away
+// must not take the request out of the queue under the retry.
+func TestServer_RetryKeepsARequestItsFirstCallLeft(t *testing.T) {
+	srv := testproc.StartServer(t)
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
+	ctx := ctxFor(t, 60*time.Second)
+	h := batch(t, rpc, acquireItem("retried", "holder", 0))[0].GetAcquire().GetGrant()
+	wait := func(ctx context.Context) (*fencelockv1.Grant, error) {
+		resp, err := rpc.Acquire(ctx, connect.NewRequest(&fencelockv1.AcquireRequest{Name: "retried",
+			Ttl: durationpb.New(10 * time.Second), Wait: durationpb.New(time.Minute), RequestId: "w"}))
+		if err != nil {
+			return nil, wire.FromConnect(err)
+		}
+		return resp.Msg.Grant, nil
+	}
+	firstCtx, breakFirst := context.WithCancel(ctx)
+	firstDone := make(chan error, 1)
+	go func() { _, err := wait(firstCtx); firstDone <- err }()
+	waitForQueue := func() {
+		for {
+			resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: "retried"}))
+			if err == nil && len(resp.Msg.Lock.Waiters) == 1 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitForQueue()
+	retried := make(chan *fencelockv1.Grant, 1)
+	go func() {
+		g, err := wait(ctx)
+		if err != nil {
+			t.Errorf("retry: %v", err)
+		}
+		retried <- g
+	}()
+	time.Sleep(300 * time.Millisecond) // the retry is waiting on the node
+	breakFirst()
+	<-firstDone
+	time.Sleep(300 * time.Millisecond) // the first call's handler has finished
+	batch(t, rpc, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: &fencelockv1.ReleaseRequest{
+		Name: "retried", LeaseId: h.LeaseId, Token: h.Token}}})
+	select {
+	case g := <-retried:
+		if g == nil || g.Token <= h.Token {
+			t.Fatalf("retry got %v, want a grant above token %d", g, h.Token)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the retry was never granted: the first call took the request out of the queue")
 	}
 }

@@ -125,6 +125,12 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		}
 	default:
 	}
+	if ctx.Err() != nil && s.waiters.count(req.Name, req.RequestID) > 1 {
+		// The caller went away, but another call waits for the same
+		// request (its retry, on a new connection): the request is its
+		// now, place and grant.
+		return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, ctx.Err())
+	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
 	defer cancel()
 	if _, err := s.Apply(cctx, fsm.Command{Op: fsm.OpCancelWait, Name: req.Name, RequestID: req.RequestID}); err != nil {

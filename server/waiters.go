@@ -67,9 +67,14 @@ func (w *waiters) remove(name fencelock.LockName, rid string, ch chan waitEvent)
 
 // has reports whether a call waits for request rid.
 func (w *waiters) has(name fencelock.LockName, rid string) bool {
+	return w.count(name, rid) > 0
+}
+
+// count returns how many calls wait for request rid.
+func (w *waiters) count(name fencelock.LockName, rid string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.m[waiterKey(name, rid)]) > 0
+	return len(w.m[waiterKey(name, rid)])
 }
 
 // deliver hands h to every Acquire waiting for its request id. It never
