@@ -74,7 +74,7 @@ func (n *node) start(ctx context.Context) error {
 	}
 	n.cmd, n.log = cmd, f
 	if err := n.waitHealthy(ctx); err != nil {
-		return fmt.Errorf("%w (log: %s)", err, n.logPath)
+		return fmt.Errorf("%w (log: %s)%s", err, n.logPath, logTail(n.logPath, 15))
 	}
 	return nil
 }
@@ -418,4 +418,16 @@ func (s *storeProc) close() {
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	_ = s.cmd.Wait()
 	s.log.Close()
+}
+
+// logTail returns the last lines of the log at path, indented, for an error
+// message (a test's temporary files are gone when someone reads it).
+func logTail(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	all = all[max(0, len(all)-lines):]
+	return "; its last lines:\n    " + strings.Join(all, "\n    ")
 }
