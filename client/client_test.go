@@ -544,4 +544,13 @@ func TestClient_WaitLongerThanTheNodeAllows(t *testing.T) {
 	if _, err := quietClient(t, addr).Acquire(ctx, "short-waits", client.WithWait(1200*time.Millisecond)); !errors.Is(err, fencelock.ErrLockHeld) {
 		t.Fatalf("acquire with a 1.2 s wait on a held lock = %v, want ErrLockHeld", err)
 	}
+	// Its calls asked the node to keep its place; once the wait is over,
+	// the client takes the request back before it returns.
+	li, err := quietClient(t, addr).Describe(ctx, "short-waits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(li.Waiters) != 0 {
+		t.Fatalf("after the wait ended, the lock still has waiters %+v, want none", li.Waiters)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -59,9 +58,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	first := time.Now()
 	// The wait ends at end (zero: only when ctx ends). One call waits at
 	// most waitChunk, and a node may end a call sooner (its --max-wait); the
-	// next call follows at once with the same request id. A call that is
-	// not the last asks the node to keep the request's place in the queue
-	// when it runs out (keep_place), so a long wait stays first in line.
+	// next call follows at once with the same request id. Every waiting
+	// call asks the node to keep the request's place in the queue when it
+	// runs out (keep_place), so a long wait stays first in line; when the
+	// wait is over, Acquire takes the request back itself.
 	var end time.Time
 	if o.waitSet {
 		end = first.Add(o.wait)
@@ -69,39 +69,51 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	if dl, ok := ctx.Deadline(); ok && (end.IsZero() || dl.Before(end)) {
 		end = dl
 	}
-	// acquired is set once Acquire has its grant: a late answer of an
-	// earlier attempt must not take back the request then.
-	var acquired atomic.Bool
+	// A late answer of an earlier attempt may take the request back
+	// (abandoned) only if the caller has given up and Acquire has not
+	// returned the grant; the two exclude each other.
+	var (
+		settle   sync.Mutex
+		returned bool // Acquire returns the grant
+		taken    bool // abandoned took the request back
+	)
+	takeBack := func() {
+		settle.Lock()
+		if returned || taken || ctx.Err() == nil {
+			settle.Unlock()
+			return
+		}
+		taken = true
+		settle.Unlock()
+		c.cancelWait(name, o.requestID)
+	}
 	for {
-		wait, keep := waitChunk, true
+		wait := waitChunk
 		if !end.IsZero() {
-			if left := time.Until(end); left <= waitChunk {
-				wait, keep = max(left, 0), false
-			}
+			wait = max(min(time.Until(end), waitChunk), 0)
 		}
 		req := &fencelockv1.AcquireRequest{Name: name, Ttl: durationpb.New(o.ttl), Wait: durationpb.New(wait),
-			RequestId: o.requestID, Holder: o.holder, KeepPlace: keep}
+			RequestId: o.requestID, Holder: o.holder, KeepPlace: wait > 0}
 		start := first
 		var g *fencelockv1.Grant
-		callerCtx := ctx
-		abandoned := func() {
-			// A batched attempt ended before its answer, which says the
-			// request queued or got the lock. If the caller has given up,
-			// take it back (out of the queue, or the grant ends) instead of
-			// leaving a waiter or a grant nobody uses until its TTL. If not,
-			// the next attempt with the same request id finds it.
-			if callerCtx.Err() != nil && !acquired.Load() {
-				c.cancelWait(name, o.requestID)
-			}
-		}
 		called := time.Now()
+		// abandoned: a batched attempt ended before its answer, which says
+		// the request queued or got the lock. If the caller has given up,
+		// take it back (out of the queue, or the grant ends) instead of
+		// leaving a waiter or a grant nobody uses until its TTL. If not, the
+		// next attempt with the same request id finds it.
 		err := c.callAt(ctx, wait, func(ctx context.Context, ep *endpoint) error {
 			var err error
-			g, err = ep.acquire(ctx, req, abandoned)
+			g, err = ep.acquire(ctx, req, takeBack)
 			return err
 		})
 		if err == nil {
-			acquired.Store(true)
+			settle.Lock()
+			returned = !taken
+			settle.Unlock()
+			if !returned {
+				return nil, fmt.Errorf("acquire %q: %w", name, context.Cause(ctx))
+			}
 			if g == nil || g.Token == 0 {
 				return nil, fmt.Errorf("acquire %q: service returned no grant: %w", name, fencelock.ErrUnavailable)
 			}
@@ -118,7 +130,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			}
 			return c.newLock(g, start, o.margin), nil
 		}
-		if errors.Is(err, fencelock.ErrLockHeld) && wait > 0 && ctx.Err() == nil && (end.IsZero() || time.Until(end) > 0) {
+		if !errors.Is(err, fencelock.ErrLockHeld) || wait <= 0 {
+			return nil, fmt.Errorf("acquire %q: %w", name, err)
+		}
+		if ctx.Err() == nil && (end.IsZero() || time.Until(end) > 0) {
 			// The call ran out before the wait did: ask again (after a
 			// pause if the node ended it at once, so as not to spin).
 			if time.Since(called) < minCall {
@@ -127,13 +142,19 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 				case <-ctx.Done():
 				}
 			}
-			continue
+			if ctx.Err() == nil {
+				continue
+			}
 		}
-		if errors.Is(err, fencelock.ErrLockHeld) && wait > 0 && ctx.Err() != nil {
-			// Gave up just as a call ran out: the node may be keeping the
-			// request's place for a next call that will not come.
-			go c.cancelWait(name, o.requestID)
+		// The wait is over, or the caller gave up, as a call ran out: the
+		// node keeps the request's place for a next call that will not
+		// come. Take it back (at once if the caller is still here, so that
+		// it may ask again with the same request id).
+		if ctx.Err() != nil {
+			go takeBack()
+			return nil, fmt.Errorf("acquire %q: %w (last answer: %w)", name, context.Cause(ctx), err)
 		}
+		c.cancelWait(name, o.requestID)
 		return nil, fmt.Errorf("acquire %q: %w", name, err)
 	}
 }

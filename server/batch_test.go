@@ -300,13 +300,14 @@ func TestServer_RetryKeepsARequestItsFirstCallLeft(t *testing.T) {
 		}
 	}
 	waitForQueue()
-	retried := make(chan *fencelockv1.Grant, 1)
+	type result struct {
+		g   *fencelockv1.Grant
+		err error
+	}
+	retried := make(chan result, 1)
 	go func() {
 		g, err := wait(ctx)
-		if err != nil {
-			t.Errorf("retry: %v", err)
-		}
-		retried <- g
+		retried <- result{g, err}
 	}()
 	time.Sleep(300 * time.Millisecond) // the retry is waiting on the node
 	breakFirst()
@@ -315,11 +316,35 @@ func TestServer_RetryKeepsARequestItsFirstCallLeft(t *testing.T) {
 	batch(t, rpc, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: &fencelockv1.ReleaseRequest{
 		Name: "retried", LeaseId: h.LeaseId, Token: h.Token}}})
 	select {
-	case g := <-retried:
-		if g == nil || g.Token <= h.Token {
-			t.Fatalf("retry got %v, want a grant above token %d", g, h.Token)
+	case r := <-retried:
+		if r.err != nil || r.g == nil || r.g.Token <= h.Token {
+			t.Fatalf("retry got %v, %v; want a grant above token %d", r.g, r.err, h.Token)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the retry was never granted: the first call took the request out of the queue")
+	}
+}
+
+// TestServer_WaitWithoutKeepPlaceLeavesTheQueue: a caller that does not ask
+// for keep_place (a client of the first release, a plain API call) takes
+// lock_held as final, so when its wait runs out, here cut by --max-wait, its
+// request leaves the queue; otherwise the lock could later be granted to
+// nobody.
+func TestServer_WaitWithoutKeepPlaceLeavesTheQueue(t *testing.T) {
+	srv := testproc.StartServer(t, "--max-wait", "1s")
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
+	ctx := ctxFor(t, 30*time.Second)
+	batch(t, rpc, acquireItem("plain", "holder", 0))
+	_, err := rpc.Acquire(ctx, connect.NewRequest(&fencelockv1.AcquireRequest{Name: "plain",
+		Ttl: durationpb.New(30 * time.Second), Wait: durationpb.New(2 * time.Second), RequestId: "plain-waiter"}))
+	if !errors.Is(wire.FromConnect(err), fencelock.ErrLockHeld) {
+		t.Fatalf("wait cut by --max-wait = %v, want lock_held", wire.FromConnect(err))
+	}
+	resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: "plain"}))
+	if err != nil {
+		t.Fatal(wire.FromConnect(err))
+	}
+	if n := len(resp.Msg.Lock.Waiters); n != 0 {
+		t.Fatalf("%d waiters after the wait ended without keep_place, want 0", n)
 	}
 }

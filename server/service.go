@@ -37,8 +37,8 @@ type AcquireRequest struct {
 	// KeepPlace: when Wait runs out, the request stays queued for
 	// claimWindow instead of leaving the queue, so that the caller's next
 	// Acquire of the same RequestID resumes its place (a long wait split
-	// into calls). The answer is still a LockHeldError. A wait longer than
-	// MaxWait keeps its place when MaxWait cuts it, KeepPlace or not.
+	// into calls). The answer is still a LockHeldError; a caller whose
+	// wait is over then takes the request back with CancelWait.
 	KeepPlace bool
 }
 
@@ -73,11 +73,7 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	if err := s.validate(req); err != nil {
 		return fencelock.Grant{}, err
 	}
-	// A longer wait ends as LockHeld at MaxWait, and the request keeps its
-	// place for the caller's next call (clients ask again while their wait
-	// lasts).
-	cut := req.Wait > s.cfg.MaxWait
-	req.Wait = min(req.Wait, s.cfg.MaxWait)
+	req.Wait = min(req.Wait, s.cfg.MaxWait) // a longer wait ends as LockHeld; the client asks again
 	if req.Wait > 0 && req.RequestID == "" {
 		req.RequestID = string(fencelock.NewLeaseID()) // a waiter must be addressable
 	}
@@ -107,7 +103,7 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	case ev := <-ch:
 		return s.waitEnded(req.Name, ev)
 	case <-timer.C:
-		if req.KeepPlace || cut {
+		if req.KeepPlace {
 			select {
 			case ev := <-ch: // granted just now
 				return s.waitEnded(req.Name, ev)
@@ -133,7 +129,13 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
 	defer cancel()
-	if _, err := s.Apply(cctx, fsm.Command{Op: fsm.OpCancelWait, Name: req.Name, RequestID: req.RequestID}); err != nil {
+	_, err := s.Apply(cctx, fsm.Command{Op: fsm.OpCancelWait, Name: req.Name, RequestID: req.RequestID})
+	if err == nil && s.waiters.count(req.Name, req.RequestID) > 1 {
+		// A retry came for the request while it was being taken out:
+		// it must ask again, or it waits for a request that is gone.
+		s.waiters.drop(req.Name, req.RequestID)
+	}
+	if err != nil {
 		if ctx.Err() == nil {
 			// Still queued, as far as we know: the client asks again with the
 			// same request id and keeps its place (or gets its grant).

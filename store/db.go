@@ -155,47 +155,72 @@ func putIdempotency(tx *bolt.Tx, key string, rec idempotencyRecord) error {
 }
 
 // sweepIdempotency deletes up to limit expired idempotency records and
-// stamps records without a time with now (they expire one ttl later). It
-// returns how many it deleted and whether it stopped at the limit.
+// stamps records without a time with now (they expire one ttl later);
+// records that do not decode are deleted too. It reads in a read-only
+// transaction, which does not hold up writes, and changes what it found in
+// a short write transaction, checking each record again there. It returns
+// how many records it deleted and whether it stopped at the limit.
 func sweepIdempotency(db *bolt.DB, now time.Time, ttl time.Duration, limit int) (deleted int, more bool, err error) {
-	err = db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketIdempotency)
-		type stamp struct {
-			key []byte
-			rec idempotencyRecord
-		}
-		var doomed [][]byte
-		var stamps []stamp
-		c := b.Cursor()
+	var found [][]byte
+	err = db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketIdempotency).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if len(doomed)+len(stamps) >= limit {
+			if sweepAction(v, now, ttl) == sweepKeep {
+				continue
+			}
+			if len(found) == limit {
 				more = true
 				break
 			}
-			var rec idempotencyRecord
-			if err := json.Unmarshal(v, &rec); err != nil {
-				return fmt.Errorf("decode idempotency record %q: %w", k, err)
-			}
-			switch {
-			case rec.At.IsZero():
+			found = append(found, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil || len(found) == 0 {
+		return 0, more, err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketIdempotency)
+		for _, k := range found {
+			v := b.Get(k)
+			switch sweepAction(v, now, ttl) {
+			case sweepDelete:
+				if err := b.Delete(k); err != nil {
+					return fmt.Errorf("delete idempotency record: %w", err)
+				}
+				deleted++
+			case sweepStamp:
+				var rec idempotencyRecord
+				_ = json.Unmarshal(v, &rec) // sweepAction decoded it
 				rec.At = now
-				stamps = append(stamps, stamp{append([]byte(nil), k...), rec})
-			case rec.expired(now, ttl):
-				doomed = append(doomed, append([]byte(nil), k...))
+				if err := putIdempotency(tx, string(k), rec); err != nil {
+					return err
+				}
 			}
 		}
-		for _, k := range doomed {
-			if err := b.Delete(k); err != nil {
-				return fmt.Errorf("delete idempotency record: %w", err)
-			}
-		}
-		for _, st := range stamps {
-			if err := putIdempotency(tx, string(st.key), st.rec); err != nil {
-				return err
-			}
-		}
-		deleted = len(doomed)
 		return nil
 	})
 	return deleted, more, err
+}
+
+type sweepOp int
+
+const (
+	sweepKeep   sweepOp = iota
+	sweepDelete         // expired, or does not decode
+	sweepStamp          // written before records had a time
+)
+
+func sweepAction(v []byte, now time.Time, ttl time.Duration) sweepOp {
+	if v == nil {
+		return sweepKeep // deleted meanwhile
+	}
+	var rec idempotencyRecord
+	switch {
+	case json.Unmarshal(v, &rec) != nil, rec.expired(now, ttl):
+		return sweepDelete
+	case rec.At.IsZero():
+		return sweepStamp
+	}
+	return sweepKeep
 }

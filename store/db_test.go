@@ -8,9 +8,10 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// TestSweepIdempotency: the sweep deletes answers older than the TTL, keeps
-// newer ones, and gives answers written before records had a time (an
-// older release) one, so they expire a TTL later instead of never.
+// TestSweepIdempotency: the sweep deletes answers older than the TTL and
+// records that do not decode, keeps newer answers, and gives answers
+// written before records had a time (an older release) one, so they
+// expire a TTL later instead of never.
 func TestSweepIdempotency(t *testing.T) {
 	db, err := openDB(t.TempDir())
 	if err != nil {
@@ -25,6 +26,9 @@ func TestSweepIdempotency(t *testing.T) {
 				return err
 			}
 		}
+		if err := tx.Bucket(bucketIdempotency).Put([]byte("garbage"), []byte("{not json")); err != nil {
+			return err
+		}
 		legacy, _ := json.Marshal(map[string]any{"fingerprint": []byte("legacy"), "answer": answer{}})
 		return tx.Bucket(bucketIdempotency).Put([]byte("legacy"), legacy)
 	})
@@ -32,8 +36,8 @@ func TestSweepIdempotency(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted, more, err := sweepIdempotency(db, now, ttl, 100)
-	if err != nil || deleted != 1 || more {
-		t.Fatalf("sweep = %d deleted, more %v, %v; want 1, false, nil", deleted, more, err)
+	if err != nil || deleted != 2 || more {
+		t.Fatalf("sweep = %d deleted, more %v, %v; want 2 (the expired one, the one that does not decode), false, nil", deleted, more, err)
 	}
 	db.View(func(tx *bolt.Tx) error {
 		if _, ok, _ := idempotencyOf(tx, "old", now, ttl); ok {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -29,7 +30,8 @@ type Server struct {
 	metrics *metrics
 	metricz http.Handler
 
-	stopSweep chan struct{} // closed by Close
+	stopSweep chan struct{} // closed by Close, once
+	stopOnce  sync.Once
 	swept     chan struct{} // closed when the sweeper has stopped
 }
 
@@ -86,11 +88,7 @@ func (s *Server) sweepLoop() {
 // Close stops the background sweep and closes the database. Requests still
 // being served fail.
 func (s *Server) Close() error {
-	select {
-	case <-s.stopSweep:
-	default:
-		close(s.stopSweep)
-	}
+	s.stopOnce.Do(func() { close(s.stopSweep) })
 	<-s.swept
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close store: %w", err)

@@ -546,11 +546,11 @@ type AcquireRequest struct {
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// A label for humans (host, pid, job); shown by Describe.
 	Holder string `protobuf:"bytes,5,opt,name=holder,proto3" json:"holder,omitempty"`
-	// When the wait runs out, keep the request's place in the queue for a
-	// short while (10 s): the client is about to ask again with the same
-	// request_id and resume its place. Clients set it when they split a long
-	// wait into several calls. Without it, a wait that runs out leaves the
-	// queue.
+	// When the wait runs out (or the service's max wait cuts it), keep the
+	// request's place in the queue for a short while (about 10 s): the
+	// client asks again with the same request_id and resumes its place, or,
+	// when its whole wait is over, takes the request back with CancelWait.
+	// Without it, a wait that runs out leaves the queue.
 	KeepPlace     bool `protobuf:"varint,6,opt,name=keep_place,json=keepPlace,proto3" json:"keep_place,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
