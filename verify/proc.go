@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -19,8 +20,33 @@ import (
 	"github.com/fencelock/fencelock/internal/netproxy"
 )
 
-// freeAddr returns a loopback address whose port was free a moment ago.
+// handedOut holds the ports freeAddr returned in this process.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freeAddr returns a loopback address whose port was free a moment ago. A
+// node binds it only when it starts, so the port comes from below Linux's
+// ephemeral range (32768+, where the kernel picks ports for port-0 listens
+// and outgoing connections, which could take it meanwhile) and from a range
+// (10000-19999) that the test helpers, which pick 20000-31999, do not use.
 func freeAddr() (string, error) {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for i := 0; i < 1000; i++ {
+		port := 10000 + rand.IntN(10000)
+		if handedOut.ports[port] {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken
+		}
+		ln.Close()
+		handedOut.ports[port] = true
+		return ln.Addr().String(), nil
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("find a free port: %w", err)
