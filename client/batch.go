@@ -271,24 +271,15 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 			return res.GetAcquire().GetGrant(), err
 		}
 		if ok {
-			ep.batch.queued(req.Name)
-			resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
-			if err != nil {
-				if ctx.Err() != nil {
-					// The wait may never have reached the node, which
-					// then holds the queued request for nobody.
-					go abandoned()
-				}
-				return nil, err
-			}
-			return resp.Msg.Grant, nil
+			ep.batch.queued(req.Name) // queued: wait with a unary call below
 		}
 	}
 	resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
 	if err != nil {
 		if ctx.Err() != nil {
-			// The acquire may commit after we left (queued or granted
-			// for nobody): the caller decides whether to take it back.
+			// The acquire may commit after we left, or a queued request may
+			// never have been waited for: queued or granted for nobody. The
+			// caller decides whether to take it back.
 			go abandoned()
 		}
 		return nil, err

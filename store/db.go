@@ -165,7 +165,7 @@ func sweepIdempotency(db *bolt.DB, now time.Time, ttl time.Duration, limit int) 
 	err = db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketIdempotency).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if sweepAction(v, now, ttl) == sweepKeep {
+			if op, _ := sweepAction(v, now, ttl); op == sweepKeep {
 				continue
 			}
 			if len(found) == limit {
@@ -182,16 +182,14 @@ func sweepIdempotency(db *bolt.DB, now time.Time, ttl time.Duration, limit int) 
 	err = db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketIdempotency)
 		for _, k := range found {
-			v := b.Get(k)
-			switch sweepAction(v, now, ttl) {
+			op, rec := sweepAction(b.Get(k), now, ttl)
+			switch op {
 			case sweepDelete:
 				if err := b.Delete(k); err != nil {
 					return fmt.Errorf("delete idempotency record: %w", err)
 				}
 				deleted++
 			case sweepStamp:
-				var rec idempotencyRecord
-				_ = json.Unmarshal(v, &rec) // sweepAction decoded it
 				rec.At = now
 				if err := putIdempotency(tx, string(k), rec); err != nil {
 					return err
@@ -211,16 +209,17 @@ const (
 	sweepStamp          // written before records had a time
 )
 
-func sweepAction(v []byte, now time.Time, ttl time.Duration) sweepOp {
-	if v == nil {
-		return sweepKeep // deleted meanwhile
-	}
+// sweepAction decides what the sweep does with the record v, and returns
+// it decoded.
+func sweepAction(v []byte, now time.Time, ttl time.Duration) (sweepOp, idempotencyRecord) {
 	var rec idempotencyRecord
 	switch {
+	case v == nil:
+		return sweepKeep, rec // deleted meanwhile
 	case json.Unmarshal(v, &rec) != nil, rec.expired(now, ttl):
-		return sweepDelete
+		return sweepDelete, rec
 	case rec.At.IsZero():
-		return sweepStamp
+		return sweepStamp, rec
 	}
-	return sweepKeep
+	return sweepKeep, rec
 }

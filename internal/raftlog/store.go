@@ -411,15 +411,23 @@ func (s *Store) DeleteRange(min, max uint64) error {
 	}
 }
 
+// removeSegment closes g and deletes its file.
+func removeSegment(g *segment) error {
+	g.f.Close()
+	if err := os.Remove(g.f.Name()); err != nil {
+		return fmt.Errorf("raftlog: remove segment: %w", err)
+	}
+	return nil
+}
+
 // deleteAll removes every segment, newest first (each removal synced, so
 // that a crash part way leaves a prefix of the log, still contiguous), and
 // then the deleted-prefix marker.
 func (s *Store) deleteAll() error {
 	for len(s.segs) > 0 {
 		g := s.segs[len(s.segs)-1]
-		g.f.Close()
-		if err := os.Remove(g.f.Name()); err != nil {
-			return s.failLocked(fmt.Errorf("raftlog: remove segment: %w", err))
+		if err := removeSegment(g); err != nil {
+			return s.failLocked(err)
 		}
 		s.segs = s.segs[:len(s.segs)-1]
 		if err := syncDir(s.dir); err != nil {
@@ -444,9 +452,8 @@ func (s *Store) deletePrefix(max uint64) error {
 	}
 	for len(s.segs) > 1 && (s.segs[0].empty() || s.segs[0].lastIndex() <= max) {
 		g := s.segs[0]
-		g.f.Close()
-		if err := os.Remove(g.f.Name()); err != nil {
-			return s.failLocked(fmt.Errorf("raftlog: remove segment: %w", err))
+		if err := removeSegment(g); err != nil {
+			return s.failLocked(err)
 		}
 		s.segs = s.segs[1:]
 	}
@@ -465,9 +472,8 @@ func (s *Store) deleteSuffix(min uint64) error {
 		if g.base < min {
 			break
 		}
-		g.f.Close()
-		if err := os.Remove(g.f.Name()); err != nil {
-			return s.failLocked(fmt.Errorf("raftlog: remove segment: %w", err))
+		if err := removeSegment(g); err != nil {
+			return s.failLocked(err)
 		}
 		s.segs = s.segs[:len(s.segs)-1]
 	}
