@@ -151,13 +151,27 @@ type Fencelock struct {
 	ttl   time.Duration
 }
 
-// NewFencelock returns a Target named name of the service at addr (a
-// comma-separated list for a cluster); grants have the given TTL (kept
-// alive by the client while held). noBatch sends every call as its own
-// request (client.Config.NoBatch).
-func NewFencelock(name, addr string, ttl time.Duration, noBatch bool) (*Fencelock, error) {
+// The fencelock systems: the client as users get it, and with a transport
+// turned off for comparison.
+const (
+	FencelockSystem        = "fencelock"
+	FencelockNoBatchSystem = "fencelock-nobatch" // every call its own Connect request (client.Config.NoBatch)
+	FencelockConnectSystem = "fencelock-connect" // batches as Connect requests, no pipe (client.Config.NoPipe)
+)
+
+// IsFencelock reports whether system is one of the fencelock systems.
+func IsFencelock(system string) bool {
+	return system == FencelockSystem || system == FencelockNoBatchSystem || system == FencelockConnectSystem
+}
+
+// NewFencelock returns a Target named system (one of the fencelock
+// systems) of the service at addr (a comma-separated list for a cluster);
+// grants have the given TTL (kept alive by the client while held).
+func NewFencelock(system, addr string, ttl time.Duration) (*Fencelock, error) {
+	name := system
 	cfg := client.DefaultConfig(strings.Split(addr, ",")...)
-	cfg.NoBatch = noBatch
+	cfg.NoBatch = system == FencelockNoBatchSystem
+	cfg.NoPipe = system == FencelockConnectSystem
 	c, err := client.NewFromConfig(cfg)
 	if err != nil {
 		return nil, err

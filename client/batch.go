@@ -39,7 +39,7 @@ const retryBatchAfter = time.Minute
 
 // batcher batches the calls of one endpoint.
 type batcher struct {
-	rpc     func(context.Context, *connect.Request[fencelockv1.BatchRequest]) (*connect.Response[fencelockv1.BatchResponse], error)
+	rpc     func(context.Context, *fencelockv1.BatchRequest) (*fencelockv1.BatchResponse, error)
 	timeout time.Duration // bounds one Batch request
 	offAt   atomic.Int64  // when the node answered Unimplemented (unix ns); 0: batching on
 
@@ -210,21 +210,62 @@ func (b *batcher) sendNow(ctx context.Context, calls []*batchCall) {
 	for i, c := range calls {
 		req.Items[i] = c.item
 	}
-	resp, err := b.rpc(ctx, connect.NewRequest(req))
-	if connect.CodeOf(err) == connect.CodeUnimplemented {
+	resp, err := b.rpc(ctx, req)
+	if errors.Is(err, errNoBatch) {
 		b.offAt.Store(time.Now().UnixNano())
-		err = errNoBatch
 	}
-	if err == nil && len(resp.Msg.Results) != len(calls) {
-		err = fmt.Errorf("batch of %d calls answered with %d results: %w", len(calls), len(resp.Msg.Results), fencelock.ErrUnavailable)
+	if err == nil && len(resp.GetResults()) != len(calls) {
+		err = fmt.Errorf("batch of %d calls answered with %d results: %w", len(calls), len(resp.GetResults()), fencelock.ErrUnavailable)
 	}
 	for i, c := range calls {
 		if err != nil {
 			c.done <- batchOutcome{err: err}
 			continue
 		}
-		c.done <- batchOutcome{res: resp.Msg.Results[i]}
+		c.done <- batchOutcome{res: resp.Results[i]}
 	}
+}
+
+// sendBatch sends one Batch request: on the pipe when the node speaks it,
+// otherwise with Connect. errNoBatch: the node serves neither.
+func (ep *endpoint) sendBatch(ctx context.Context, req *fencelockv1.BatchRequest) (*fencelockv1.BatchResponse, error) {
+	if ep.pipe != nil {
+		resp, err := ep.pipe.roundTrip(ctx, req)
+		if !errors.Is(err, errNoPipe) {
+			return resp, err
+		}
+	}
+	resp, err := ep.lock.Batch(ctx, connect.NewRequest(req))
+	if connect.CodeOf(err) == connect.CodeUnimplemented {
+		return nil, errNoBatch
+	}
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// alone sends item by itself on the pipe, from the caller's goroutine. ok
+// is false when the call must go as a unary Connect call instead (no pipe).
+// An item's error comes back as err.
+func (ep *endpoint) alone(ctx context.Context, item *fencelockv1.BatchItem) (res *fencelockv1.BatchResult, ok bool, err error) {
+	if ep.pipe == nil {
+		return nil, false, nil
+	}
+	resp, err := ep.pipe.roundTrip(ctx, &fencelockv1.BatchRequest{Items: []*fencelockv1.BatchItem{item}})
+	switch {
+	case errors.Is(err, errNoPipe):
+		return nil, false, nil
+	case err != nil:
+		return nil, true, err
+	case len(resp.GetResults()) != 1:
+		return nil, true, fmt.Errorf("a call answered with %d results: %w", len(resp.GetResults()), fencelock.ErrUnavailable)
+	}
+	res = resp.Results[0]
+	if res.GetError() != nil {
+		err = wire.FromBatchError(res.GetError())
+	}
+	return res, true, err
 }
 
 // batched sends item in ep's next batch. ok is false when the call must go
@@ -265,8 +306,19 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 	if alone {
 		defer ep.batch.doneAlone()
 	}
-	if ep.batch != nil && !alone && !contended {
-		res, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Acquire{Acquire: req}}, late)
+	if ep.batch != nil && !contended {
+		item := &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Acquire{Acquire: req}}
+		var res *fencelockv1.BatchResult
+		var ok bool
+		var err error
+		if alone {
+			res, ok, err = ep.alone(ctx, item)
+			if ok && err != nil && ctx.Err() != nil {
+				go abandoned() // as for a unary call, below
+			}
+		} else {
+			res, ok, err = ep.batched(ctx, item, late)
+		}
 		if ok && (err != nil || res.GetQueued() == nil) {
 			return res.GetAcquire().GetGrant(), err
 		}
@@ -307,10 +359,19 @@ func (ep *endpoint) renew(ctx context.Context, req *fencelockv1.RenewRequest) (*
 
 // release is one attempt of Release on ep.
 func (ep *endpoint) release(ctx context.Context, req *fencelockv1.ReleaseRequest) error {
-	if ep.batch != nil && ep.batch.goAlone() {
-		defer ep.batch.doneAlone()
-	} else if _, ok, err := ep.batched(ctx, &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: req}}, nil); ok {
-		return err
+	if ep.batch != nil {
+		item := &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Release{Release: req}}
+		var ok bool
+		var err error
+		if ep.batch.goAlone() {
+			defer ep.batch.doneAlone()
+			_, ok, err = ep.alone(ctx, item)
+		} else {
+			_, ok, err = ep.batched(ctx, item, nil)
+		}
+		if ok {
+			return err
+		}
 	}
 	_, err := ep.lock.Release(ctx, connect.NewRequest(req))
 	return err

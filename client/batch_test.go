@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
 
 // fakeBatchRPC answers each renew item with a TTL of as many seconds as the
@@ -23,23 +24,34 @@ type fakeBatchRPC struct {
 	arrived chan int
 }
 
-func (f *fakeBatchRPC) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchRequest]) (*connect.Response[fencelockv1.BatchResponse], error) {
+func (f *fakeBatchRPC) Batch(ctx context.Context, req *fencelockv1.BatchRequest) (*fencelockv1.BatchResponse, error) {
 	f.mu.Lock()
-	f.sizes = append(f.sizes, len(req.Msg.Items))
+	f.sizes = append(f.sizes, len(req.Items))
 	f.mu.Unlock()
 	if f.arrived != nil {
-		f.arrived <- len(req.Msg.Items)
+		f.arrived <- len(req.Items)
 	}
 	if f.release != nil {
 		<-f.release
 	}
 	resp := &fencelockv1.BatchResponse{}
-	for _, it := range req.Msg.Items {
+	for _, it := range req.Items {
 		ttl := durationpb.New(time.Duration(it.GetRenew().GetToken()) * time.Second)
 		resp.Results = append(resp.Results, &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Renew{
 			Renew: &fencelockv1.RenewResponse{Ttl: ttl}}})
 	}
-	return connect.NewResponse(resp), nil
+	return resp, nil
+}
+
+// unimplementedBatch is a node that predates Batch.
+type unimplementedBatch struct {
+	fencelockv1connect.LockServiceClient
+	called func()
+}
+
+func (u unimplementedBatch) Batch(context.Context, *connect.Request[fencelockv1.BatchRequest]) (*connect.Response[fencelockv1.BatchResponse], error) {
+	u.called()
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("no Batch here"))
 }
 
 func renewItem(token uint64) *fencelockv1.BatchItem {
@@ -105,13 +117,12 @@ func TestBatcher_GroupsCallsWhileBatchesAreOut(t *testing.T) {
 }
 
 // TestBatcher_OlderNodeGoesUnary: a node without Batch answers
-// Unimplemented; the batcher says so (errNoBatch) and stops trying.
+// Unimplemented; the endpoint says so (errNoBatch), and the batcher stops
+// trying.
 func TestBatcher_OlderNodeGoesUnary(t *testing.T) {
 	calls := 0
-	b := &batcher{timeout: time.Second, rpc: func(context.Context, *connect.Request[fencelockv1.BatchRequest]) (*connect.Response[fencelockv1.BatchResponse], error) {
-		calls++
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("no Batch here"))
-	}}
+	ep := &endpoint{lock: unimplementedBatch{called: func() { calls++ }}}
+	b := &batcher{timeout: time.Second, rpc: ep.sendBatch}
 	for i := 0; i < 3; i++ {
 		if _, err := b.do(context.Background(), renewItem(1), nil); !errors.Is(err, errNoBatch) {
 			t.Fatalf("do against a node without Batch = %v, want errNoBatch", err)

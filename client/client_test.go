@@ -342,6 +342,7 @@ func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	slowTr := &slowBatches{delay: 300 * time.Millisecond}
 	cfg.HTTPClient = &http.Client{Transport: slowTr}
+	cfg.NoPipe = true // batches as HTTP requests, which slowTr delays
 	slow, err := client.NewFromConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -380,11 +381,14 @@ func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
 	next.Release(ctx)
 }
 
+// countingClient is a client without the pipe, so that tr sees each call
+// (or batch) as a request.
 func countingClient(t *testing.T, addr string, tr http.RoundTripper) *client.Client {
 	t.Helper()
 	cfg := client.DefaultConfig(addr)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.HTTPClient = &http.Client{Transport: tr}
+	cfg.NoPipe = true
 	c, err := client.NewFromConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -23,9 +23,17 @@ const MaxBatchItems = 1024
 // its result is "queued", and the caller waits with a unary Acquire of the
 // same request id.
 func (a *api) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchRequest]) (*connect.Response[fencelockv1.BatchResponse], error) {
-	items := req.Msg.Items
+	resp, err := a.batch(ctx, req.Msg.Items)
+	if err != nil {
+		return nil, a.fail("Batch", err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// batch runs a Batch request's items; the Connect API and the pipe share it.
+func (a *api) batch(ctx context.Context, items []*fencelockv1.BatchItem) (*fencelockv1.BatchResponse, error) {
 	if len(items) > MaxBatchItems {
-		return nil, a.fail("Batch", fmt.Errorf("batch of %d items, more than %d: %w", len(items), MaxBatchItems, fencelock.ErrTooLarge))
+		return nil, fmt.Errorf("batch of %d items, more than %d: %w", len(items), MaxBatchItems, fencelock.ErrTooLarge)
 	}
 	a.metrics.batchItems.Observe(float64(len(items)))
 	resp := &fencelockv1.BatchResponse{Results: make([]*fencelockv1.BatchResult, len(items))}
@@ -42,9 +50,9 @@ func (a *api) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchR
 	defer timer.Stop()
 	select {
 	case <-done:
-		return connect.NewResponse(resp), nil
+		return resp, nil
 	case <-timer.C:
-		return nil, a.fail("Batch", fmt.Errorf("batch of %d items not done within %v: %w", len(items), a.cfg.ApplyTimeout, fencelock.ErrUnavailable))
+		return nil, fmt.Errorf("batch of %d items not done within %v: %w", len(items), a.cfg.ApplyTimeout, fencelock.ErrUnavailable)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

@@ -19,7 +19,7 @@ import (
 const maxMessageBytes = 64 << 10
 
 // Handler returns the node's HTTP handler: the Connect API (gRPC, gRPC-Web
-// and JSON), /metrics, /healthz (the process is up) and /readyz (the node is
+// and JSON), the pipe (the Go client's framed transport for batches), /metrics, /healthz (the process is up) and /readyz (the node is
 // a ready leader). Serve it with HTTP/2 cleartext enabled for gRPC.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -29,6 +29,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(path, h)
 	cpath, ch := fencelockv1connect.NewClusterServiceHandler((*clusterAPI)(s), opts)
 	mux.Handle(cpath, ch)
+	mux.HandleFunc(wire.PipePath, s.servePipe)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))

@@ -24,6 +24,8 @@ type metrics struct {
 	restores *prometheus.CounterVec
 	// batchItems is the number of calls per Batch request.
 	batchItems prometheus.Histogram
+	// pipes is the number of open pipe connections.
+	pipes prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -51,10 +53,12 @@ func newMetrics() *metrics {
 	m.batchItems = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "fencelock_batch_items", Help: "Calls carried by one Batch request (the Go client batches concurrent calls).",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 11)})
+	m.pipes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencelock_pipes_open", Help: "Open pipe connections (the Go client's framed transport for batches)."})
 	// Both series exist from the start, so a scrape before any restore reads 0.
 	m.restores.WithLabelValues(restoreLocal)
 	m.restores.WithLabelValues(restoreLeader)
-	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores, m.batchItems,
+	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores, m.batchItems, m.pipes,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -58,7 +58,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	locks := fs.String("locks", "own,one", "comma-separated: own (each client its own lock), one (all on one lock)")
 	fs.StringVar(&o.out, "out", "bench-results.md", "markdown file to write")
 	fs.BoolVar(&o.smoke, "smoke", false, "very short run (200 ms per cell, no warm-up, 20 fsyncs) that checks the harness, not the numbers")
-	fs.StringVar(&o.systems, "systems", "fencelock,fencelock-nobatch,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of; fencelock-nobatch is the same server with client batching off")
+	fs.StringVar(&o.systems, "systems", "fencelock,fencelock-connect,fencelock-nobatch,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of; fencelock-nobatch is the same server with client batching off, fencelock-connect with batches sent as Connect requests instead of on the pipe")
 	fs.StringVar(&o.peersDir, "peers-dir", "", "directory given to peers.sh up: reads peers.env (addresses) and *.pid (for server CPU)")
 	fs.StringVar(&o.workDir, "work-dir", "", "directory for fencelock's data and the fsync probe (default: a new temporary directory, removed after)")
 	fs.StringVar(&o.fencelockBin, "fencelock-bin", "", "fencelock binary to start as 'serve' (go build -o BIN ./cmd/fencelock)")
@@ -188,7 +188,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	var targets []bench.Target
 	serverPID := map[string][]int{}
-	startedAddr, startedPIDs := "", []int(nil) // the fencelock nodes this run started, shared by fencelock and fencelock-nobatch
+	startedAddr, startedPIDs := "", []int(nil) // the fencelock nodes this run started, shared by the fencelock systems
 	fencelockAddr := ""
 	defer func() {
 		for _, t := range targets {
@@ -198,8 +198,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	for _, name := range strings.Split(o.systems, ",") {
 		name = strings.TrimSpace(name)
 		var t bench.Target
-		switch name {
-		case "fencelock", "fencelock-nobatch":
+		switch {
+		case bench.IsFencelock(name):
 			addr := o.fencelockAddr
 			if addr == "" {
 				addr = startedAddr
@@ -229,8 +229,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			}
 			serverPID[name] = startedPIDs
 			fencelockAddr = addr
-			t, err = bench.NewFencelock(name, addr, o.ttl, name == "fencelock-nobatch")
-		case "etcd":
+			t, err = bench.NewFencelock(name, addr, o.ttl)
+		case name == "etcd":
 			if o.etcdAddr == "" {
 				return errors.New("etcd: give --etcd or --peers-dir")
 			}
@@ -238,7 +238,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			if n := len(strings.Split(o.etcdAddr, ",")); n > 1 {
 				rp.Notes = append(rp.Notes, fmt.Sprintf("etcd: %d members (one cluster) on this machine, the client given every member; server CPU is all members together", n))
 			}
-		case "redis-aof", "redis-nopersist":
+		case name == "redis-aof" || name == "redis-nopersist":
 			addr := o.redisAOFAddr
 			if name == "redis-nopersist" {
 				addr = o.redisNoPAddr
@@ -285,10 +285,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		for _, t := range targets {
 			var ht bench.RenewalCounter
 			var err error
-			switch t.Name() {
-			case "fencelock", "fencelock-nobatch":
-				ht, err = bench.NewFencelock(t.Name(), fencelockAddr, o.holdTTL, t.Name() == "fencelock-nobatch")
-			case "etcd":
+			switch {
+			case bench.IsFencelock(t.Name()):
+				ht, err = bench.NewFencelock(t.Name(), fencelockAddr, o.holdTTL)
+			case t.Name() == "etcd":
 				ht, err = bench.NewEtcd(ctx, o.etcdAddr, o.holdTTL)
 			default:
 				continue // Redis: the recipe has no keep-alive of its own

@@ -472,6 +472,127 @@ func (*AcquireQueued) Descriptor() ([]byte, []int) {
 	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{6}
 }
 
+// The pipe: a lean transport for Batch beside Connect, on the same port. A
+// client upgrades an HTTP/1.1 connection (GET /fencelock.v1.Pipe with
+// "Connection: Upgrade" and "Upgrade: fencelock-pipe/1"; the node answers
+// 101). Then both sides send frames: a 4-byte big-endian length, then a
+// PipeRequest (client to node) or a PipeResponse (node to client). Many
+// requests may be out at once; each response carries its request's id and
+// they come back in any order. A request runs exactly as Batch would.
+type PipeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Batch         *BatchRequest          `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipeRequest) Reset() {
+	*x = PipeRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipeRequest) ProtoMessage() {}
+
+func (x *PipeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipeRequest.ProtoReflect.Descriptor instead.
+func (*PipeRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PipeRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipeRequest) GetBatch() *BatchRequest {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+type PipeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The batch's results, or, if the batch as a whole failed (too many
+	// items, not done in time), its error.
+	Batch         *BatchResponse `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	Error         *BatchError    `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipeResponse) Reset() {
+	*x = PipeResponse{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipeResponse) ProtoMessage() {}
+
+func (x *PipeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipeResponse.ProtoReflect.Descriptor instead.
+func (*PipeResponse) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PipeResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipeResponse) GetBatch() *BatchResponse {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *PipeResponse) GetError() *BatchError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // BatchError is one item's error: what a call sent alone would have failed
 // with.
 type BatchError struct {
@@ -487,7 +608,7 @@ type BatchError struct {
 
 func (x *BatchError) Reset() {
 	*x = BatchError{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +620,7 @@ func (x *BatchError) String() string {
 func (*BatchError) ProtoMessage() {}
 
 func (x *BatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +633,7 @@ func (x *BatchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchError.ProtoReflect.Descriptor instead.
 func (*BatchError) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BatchError) GetMessage() string {
@@ -558,7 +679,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +691,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +704,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AcquireRequest) GetName() string {
@@ -642,7 +763,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +775,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +788,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Grant) GetName() string {
@@ -707,7 +828,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +840,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +853,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AcquireResponse) GetGrant() *Grant {
@@ -753,7 +874,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +886,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +899,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenewRequest) GetName() string {
@@ -811,7 +932,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +944,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +957,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RenewResponse) GetTtl() *durationpb.Duration {
@@ -857,7 +978,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +990,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1003,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -914,7 +1035,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1047,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1060,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 type DescribeRequest struct {
@@ -951,7 +1072,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1084,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1097,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -996,7 +1117,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1129,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1142,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Waiter) GetHolder() string {
@@ -1053,7 +1174,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1186,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1199,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LockInfo) GetName() string {
@@ -1132,7 +1253,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1265,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1278,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DescribeResponse) GetLock() *LockInfo {
@@ -1180,7 +1301,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1313,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1326,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1239,7 +1360,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1372,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1385,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1299,7 +1420,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1432,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1445,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -1382,7 +1503,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1394,7 +1515,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1407,7 +1528,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Member) GetId() string {
@@ -1453,7 +1574,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1586,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1599,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 type StatusResponse struct {
@@ -1504,7 +1625,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1637,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1650,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -1627,7 +1748,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1760,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1773,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -1684,7 +1805,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1817,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1830,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{26}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{28}
 }
 
 type RemoveMemberRequest struct {
@@ -1721,7 +1842,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1854,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1867,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{27}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -1764,7 +1885,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1897,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +1910,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{28}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 type TransferLeaderRequest struct {
@@ -1801,7 +1922,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1934,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1947,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{29}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -1845,7 +1966,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[30]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1978,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[30]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1991,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{30}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -1906,7 +2027,14 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x18.fencelock.v1.BatchErrorH\x00R\x05error\x125\n" +
 	"\x06queued\x18\x05 \x01(\v2\x1b.fencelock.v1.AcquireQueuedH\x00R\x06queuedB\b\n" +
 	"\x06result\"\x0f\n" +
-	"\rAcquireQueued\"|\n" +
+	"\rAcquireQueued\"O\n" +
+	"\vPipeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x120\n" +
+	"\x05batch\x18\x02 \x01(\v2\x1a.fencelock.v1.BatchRequestR\x05batch\"\x81\x01\n" +
+	"\fPipeResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
+	"\x05batch\x18\x02 \x01(\v2\x1b.fencelock.v1.BatchResponseR\x05batch\x12.\n" +
+	"\x05error\x18\x03 \x01(\v2\x18.fencelock.v1.BatchErrorR\x05error\"|\n" +
 	"\n" +
 	"BatchError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x121\n" +
@@ -2029,7 +2157,7 @@ func file_fencelock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_fencelock_v1_lock_proto_rawDescData
 }
 
-var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_fencelock_v1_lock_proto_goTypes = []any{
 	(*CancelWaitRequest)(nil),      // 0: fencelock.v1.CancelWaitRequest
 	(*CancelWaitResponse)(nil),     // 1: fencelock.v1.CancelWaitResponse
@@ -2038,86 +2166,91 @@ var file_fencelock_v1_lock_proto_goTypes = []any{
 	(*BatchResponse)(nil),          // 4: fencelock.v1.BatchResponse
 	(*BatchResult)(nil),            // 5: fencelock.v1.BatchResult
 	(*AcquireQueued)(nil),          // 6: fencelock.v1.AcquireQueued
-	(*BatchError)(nil),             // 7: fencelock.v1.BatchError
-	(*AcquireRequest)(nil),         // 8: fencelock.v1.AcquireRequest
-	(*Grant)(nil),                  // 9: fencelock.v1.Grant
-	(*AcquireResponse)(nil),        // 10: fencelock.v1.AcquireResponse
-	(*RenewRequest)(nil),           // 11: fencelock.v1.RenewRequest
-	(*RenewResponse)(nil),          // 12: fencelock.v1.RenewResponse
-	(*ReleaseRequest)(nil),         // 13: fencelock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 14: fencelock.v1.ReleaseResponse
-	(*DescribeRequest)(nil),        // 15: fencelock.v1.DescribeRequest
-	(*Waiter)(nil),                 // 16: fencelock.v1.Waiter
-	(*LockInfo)(nil),               // 17: fencelock.v1.LockInfo
-	(*DescribeResponse)(nil),       // 18: fencelock.v1.DescribeResponse
-	(*ListRequest)(nil),            // 19: fencelock.v1.ListRequest
-	(*ListResponse)(nil),           // 20: fencelock.v1.ListResponse
-	(*ErrorDetail)(nil),            // 21: fencelock.v1.ErrorDetail
-	(*Member)(nil),                 // 22: fencelock.v1.Member
-	(*StatusRequest)(nil),          // 23: fencelock.v1.StatusRequest
-	(*StatusResponse)(nil),         // 24: fencelock.v1.StatusResponse
-	(*AddMemberRequest)(nil),       // 25: fencelock.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 26: fencelock.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 27: fencelock.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 28: fencelock.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 29: fencelock.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 30: fencelock.v1.TransferLeaderResponse
-	(*durationpb.Duration)(nil),    // 31: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
+	(*PipeRequest)(nil),            // 7: fencelock.v1.PipeRequest
+	(*PipeResponse)(nil),           // 8: fencelock.v1.PipeResponse
+	(*BatchError)(nil),             // 9: fencelock.v1.BatchError
+	(*AcquireRequest)(nil),         // 10: fencelock.v1.AcquireRequest
+	(*Grant)(nil),                  // 11: fencelock.v1.Grant
+	(*AcquireResponse)(nil),        // 12: fencelock.v1.AcquireResponse
+	(*RenewRequest)(nil),           // 13: fencelock.v1.RenewRequest
+	(*RenewResponse)(nil),          // 14: fencelock.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 15: fencelock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 16: fencelock.v1.ReleaseResponse
+	(*DescribeRequest)(nil),        // 17: fencelock.v1.DescribeRequest
+	(*Waiter)(nil),                 // 18: fencelock.v1.Waiter
+	(*LockInfo)(nil),               // 19: fencelock.v1.LockInfo
+	(*DescribeResponse)(nil),       // 20: fencelock.v1.DescribeResponse
+	(*ListRequest)(nil),            // 21: fencelock.v1.ListRequest
+	(*ListResponse)(nil),           // 22: fencelock.v1.ListResponse
+	(*ErrorDetail)(nil),            // 23: fencelock.v1.ErrorDetail
+	(*Member)(nil),                 // 24: fencelock.v1.Member
+	(*StatusRequest)(nil),          // 25: fencelock.v1.StatusRequest
+	(*StatusResponse)(nil),         // 26: fencelock.v1.StatusResponse
+	(*AddMemberRequest)(nil),       // 27: fencelock.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 28: fencelock.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 29: fencelock.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 30: fencelock.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 31: fencelock.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 32: fencelock.v1.TransferLeaderResponse
+	(*durationpb.Duration)(nil),    // 33: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 34: google.protobuf.Timestamp
 }
 var file_fencelock_v1_lock_proto_depIdxs = []int32{
 	3,  // 0: fencelock.v1.BatchRequest.items:type_name -> fencelock.v1.BatchItem
-	8,  // 1: fencelock.v1.BatchItem.acquire:type_name -> fencelock.v1.AcquireRequest
-	11, // 2: fencelock.v1.BatchItem.renew:type_name -> fencelock.v1.RenewRequest
-	13, // 3: fencelock.v1.BatchItem.release:type_name -> fencelock.v1.ReleaseRequest
+	10, // 1: fencelock.v1.BatchItem.acquire:type_name -> fencelock.v1.AcquireRequest
+	13, // 2: fencelock.v1.BatchItem.renew:type_name -> fencelock.v1.RenewRequest
+	15, // 3: fencelock.v1.BatchItem.release:type_name -> fencelock.v1.ReleaseRequest
 	5,  // 4: fencelock.v1.BatchResponse.results:type_name -> fencelock.v1.BatchResult
-	10, // 5: fencelock.v1.BatchResult.acquire:type_name -> fencelock.v1.AcquireResponse
-	12, // 6: fencelock.v1.BatchResult.renew:type_name -> fencelock.v1.RenewResponse
-	14, // 7: fencelock.v1.BatchResult.release:type_name -> fencelock.v1.ReleaseResponse
-	7,  // 8: fencelock.v1.BatchResult.error:type_name -> fencelock.v1.BatchError
+	12, // 5: fencelock.v1.BatchResult.acquire:type_name -> fencelock.v1.AcquireResponse
+	14, // 6: fencelock.v1.BatchResult.renew:type_name -> fencelock.v1.RenewResponse
+	16, // 7: fencelock.v1.BatchResult.release:type_name -> fencelock.v1.ReleaseResponse
+	9,  // 8: fencelock.v1.BatchResult.error:type_name -> fencelock.v1.BatchError
 	6,  // 9: fencelock.v1.BatchResult.queued:type_name -> fencelock.v1.AcquireQueued
-	21, // 10: fencelock.v1.BatchError.detail:type_name -> fencelock.v1.ErrorDetail
-	31, // 11: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	31, // 12: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	31, // 13: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
-	9,  // 14: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
-	31, // 15: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
-	31, // 16: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
-	32, // 17: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
-	31, // 18: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
-	16, // 19: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
-	17, // 20: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
-	17, // 21: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
-	32, // 22: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
-	31, // 23: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	22, // 24: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
-	8,  // 25: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
-	11, // 26: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
-	13, // 27: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
-	15, // 28: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
-	19, // 29: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
-	2,  // 30: fencelock.v1.LockService.Batch:input_type -> fencelock.v1.BatchRequest
-	0,  // 31: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
-	23, // 32: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
-	25, // 33: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
-	27, // 34: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
-	29, // 35: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
-	10, // 36: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
-	12, // 37: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
-	14, // 38: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
-	18, // 39: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
-	20, // 40: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
-	4,  // 41: fencelock.v1.LockService.Batch:output_type -> fencelock.v1.BatchResponse
-	1,  // 42: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
-	24, // 43: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
-	26, // 44: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
-	28, // 45: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
-	30, // 46: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
-	36, // [36:47] is the sub-list for method output_type
-	25, // [25:36] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	2,  // 10: fencelock.v1.PipeRequest.batch:type_name -> fencelock.v1.BatchRequest
+	4,  // 11: fencelock.v1.PipeResponse.batch:type_name -> fencelock.v1.BatchResponse
+	9,  // 12: fencelock.v1.PipeResponse.error:type_name -> fencelock.v1.BatchError
+	23, // 13: fencelock.v1.BatchError.detail:type_name -> fencelock.v1.ErrorDetail
+	33, // 14: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 15: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	33, // 16: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
+	11, // 17: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
+	33, // 18: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
+	33, // 19: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
+	34, // 20: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
+	33, // 21: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
+	18, // 22: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
+	19, // 23: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
+	19, // 24: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
+	34, // 25: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
+	33, // 26: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	24, // 27: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
+	10, // 28: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
+	13, // 29: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
+	15, // 30: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
+	17, // 31: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
+	21, // 32: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
+	2,  // 33: fencelock.v1.LockService.Batch:input_type -> fencelock.v1.BatchRequest
+	0,  // 34: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
+	25, // 35: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
+	27, // 36: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
+	29, // 37: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
+	31, // 38: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
+	12, // 39: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
+	14, // 40: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
+	16, // 41: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
+	20, // 42: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
+	22, // 43: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
+	4,  // 44: fencelock.v1.LockService.Batch:output_type -> fencelock.v1.BatchResponse
+	1,  // 45: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
+	26, // 46: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
+	28, // 47: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
+	30, // 48: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
+	32, // 49: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
+	39, // [39:50] is the sub-list for method output_type
+	28, // [28:39] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_fencelock_v1_lock_proto_init() }
@@ -2143,7 +2276,7 @@ func file_fencelock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fencelock_v1_lock_proto_rawDesc), len(file_fencelock_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

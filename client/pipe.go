@@ -1,0 +1,217 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+)
+
+// The pipe: batches travel as frames on one upgraded HTTP/1.1 connection
+// per node, many out at once, instead of one HTTP request each (see
+// PipeRequest in the API). A node that refuses the upgrade (an older
+// version, or a proxy in between) gets Connect Batch requests instead, and
+// the pipe is tried again after retryBatchAfter.
+
+// errNoPipe: the node does not speak the pipe; use Connect.
+var errNoPipe = errors.New("pipe not supported by this node")
+
+const (
+	pipeDialTimeout = 3 * time.Second
+	// maxPipeAnswer bounds one answer frame (a batch of the node's largest
+	// size with long error messages stays far below it).
+	maxPipeAnswer = 16 << 20
+)
+
+// pipe is the client's end of one node's pipe.
+type pipe struct {
+	url   string // the node's base URL, http://host:port
+	rt    http.RoundTripper
+	offAt atomic.Int64 // when the node refused the upgrade (unix ns); 0: on
+
+	mu   sync.Mutex // guards conn; held while dialling, so one dial at a time
+	conn *pipeConn
+}
+
+// roundTrip sends req on the pipe and returns its answer. errNoPipe means:
+// send it with Connect.
+func (p *pipe) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest) (*fencelockv1.BatchResponse, error) {
+	if at := p.offAt.Load(); at != 0 {
+		if time.Since(time.Unix(0, at)) < retryBatchAfter {
+			return nil, errNoPipe
+		}
+		p.offAt.CompareAndSwap(at, 0) // the node may have been upgraded: try again
+	}
+	c, err := p.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.roundTrip(ctx, req)
+}
+
+// get returns the open connection, or opens one.
+func (p *pipe) get(ctx context.Context) (*pipeConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != nil && p.conn.broken() == nil {
+		return p.conn, nil
+	}
+	rwc, err := p.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.conn = newPipeConn(rwc)
+	return p.conn, nil
+}
+
+// open upgrades a new HTTP/1.1 connection to the pipe.
+func (p *pipe) open(ctx context.Context) (io.ReadWriteCloser, error) {
+	// The connection outlives this context: once the node answers 101, the
+	// transport hands the connection over and no longer watches it.
+	dctx, cancel := context.WithTimeout(ctx, pipeDialTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(dctx, http.MethodGet, p.url+wire.PipePath, nil)
+	if err != nil {
+		return nil, fmt.Errorf("pipe: %w", err)
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", wire.PipeProtocol)
+	resp, err := p.rt.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	rwc, ok := resp.Body.(io.ReadWriteCloser)
+	if resp.StatusCode != http.StatusSwitchingProtocols || !ok {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+		resp.Body.Close()
+		p.offAt.Store(time.Now().UnixNano())
+		return nil, errNoPipe
+	}
+	return rwc, nil
+}
+
+// close closes the open connection, if any; calls out on it fail.
+func (p *pipe) close() {
+	p.mu.Lock()
+	c := p.conn
+	p.conn = nil
+	p.mu.Unlock()
+	if c != nil {
+		c.fail(errors.New("client closed"))
+	}
+}
+
+// pipeConn is one open pipe: requests go out as frames, a reader goroutine
+// hands each answer to the request with its id.
+type pipeConn struct {
+	rwc      io.ReadWriteCloser
+	w        *wire.FrameWriter
+	received atomic.Uint64 // answers read so far
+
+	mu      sync.Mutex
+	next    uint64
+	pending map[uint64]chan *fencelockv1.PipeResponse // closed when the pipe breaks
+	err     error                                     // why the pipe broke; then pending is nil
+}
+
+func newPipeConn(rwc io.ReadWriteCloser) *pipeConn {
+	c := &pipeConn{rwc: rwc, w: wire.NewFrameWriter(bufio.NewWriter(rwc)),
+		pending: make(map[uint64]chan *fencelockv1.PipeResponse)}
+	go c.read()
+	return c
+}
+
+func (c *pipeConn) read() {
+	br := bufio.NewReader(c.rwc)
+	var frame wire.Frame
+	for {
+		resp := new(fencelockv1.PipeResponse)
+		if err := frame.Read(br, resp, maxPipeAnswer); err != nil {
+			c.fail(err)
+			return
+		}
+		c.received.Add(1)
+		c.mu.Lock()
+		ch := c.pending[resp.Id]
+		delete(c.pending, resp.Id)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- resp // buffered
+		}
+	}
+}
+
+// broken returns why the pipe broke, or nil.
+func (c *pipeConn) broken() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// fail breaks the pipe: the connection closes and every request out on it
+// fails with ErrUnavailable (its outcome is unknown; calls are safe to
+// retry).
+func (c *pipeConn) fail(cause error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = fmt.Errorf("pipe lost (%v): %w", cause, fencelock.ErrUnavailable)
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	c.rwc.Close()
+	for _, ch := range pending {
+		close(ch)
+	}
+}
+
+// roundTrip sends req and waits for its answer or ctx's end. If ctx ends and
+// nothing at all came back since req went out, the connection is taken to
+// be dead (a paused node, a cut link) and closed, so the next call dials
+// afresh instead of queueing behind it.
+func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest) (*fencelockv1.BatchResponse, error) {
+	ch := make(chan *fencelockv1.PipeResponse, 1)
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, c.err
+	}
+	c.next++
+	id := c.next
+	c.pending[id] = ch
+	c.mu.Unlock()
+	seen := c.received.Load()
+	if err := c.w.Send(&fencelockv1.PipeRequest{Id: id, Batch: req}); err != nil {
+		c.fail(err)
+		return nil, c.broken()
+	}
+	select {
+	case resp, ok := <-ch:
+		if !ok {
+			return nil, c.broken()
+		}
+		if resp.Error != nil {
+			return nil, wire.FromBatchError(resp.Error)
+		}
+		return resp.GetBatch(), nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+		if c.received.Load() == seen {
+			c.fail(errors.New("no answer in time"))
+		}
+		return nil, ctx.Err()
+	}
+}

@@ -1,0 +1,211 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/netproxy"
+)
+
+// batchMetrics returns the node's count of Batch requests (from HTTP or the
+// pipe) and the calls they carried.
+func batchMetrics(t *testing.T, addr string) (batches, calls float64) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		fmt.Sscanf(line, "fencelock_batch_items_sum %g", &calls)
+		fmt.Sscanf(line, "fencelock_batch_items_count %g", &batches)
+	}
+	return batches, calls
+}
+
+// pipeClient is a client with the pipe on, whose HTTP requests go through
+// tr.
+func pipeClient(t *testing.T, addr string, tr http.RoundTripper) *client.Client {
+	t.Helper()
+	cfg := client.DefaultConfig(addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.HTTPClient = &http.Client{Transport: tr}
+	c, err := client.NewFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestClient_PipeCarriesTheCalls: with the pipe, one HTTP request (the
+// upgrade) carries every Acquire and Release, lone or concurrent, and the
+// grants are distinct.
+func TestClient_PipeCarriesTheCalls(t *testing.T) {
+	addr := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr := &countingTransport{n: map[string]int{}}
+	c := pipeClient(t, addr, tr)
+	seen := map[fencelock.Token]bool{}
+	var mu sync.Mutex
+	record := func(tok fencelock.Token) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[tok] {
+			return fmt.Errorf("token %d granted twice", tok)
+		}
+		seen[tok] = true
+		return nil
+	}
+	const lone, workers, rounds = 10, 16, 5
+	for i := 0; i < lone; i++ {
+		l, err := c.Acquire(ctx, "lone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := record(l.Token()); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				l, err := c.Acquire(ctx, fmt.Sprintf("own-%d", w))
+				if err == nil {
+					err = record(l.Token())
+				}
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if p, b, a, r := tr.count("fencelock.v1.Pipe"), tr.count("Batch"), tr.count("Acquire"), tr.count("Release"); p != 1 || b+a+r != 0 {
+		t.Fatalf("HTTP requests: %d pipe upgrades, %d batches, %d acquires, %d releases; want one upgrade and nothing else", p, b, a, r)
+	}
+	want := float64(2 * (lone + workers*rounds))
+	if batches, calls := batchMetrics(t, addr); calls != want || batches > calls {
+		t.Fatalf("the node ran %v batches carrying %v calls, want %v calls", batches, calls, want)
+	}
+}
+
+// refusePipe answers the pipe's upgrade with 404, as a node of an older
+// release (or a proxy that does not pass upgrades) would, and passes every
+// other request on.
+type refusePipe struct{ countingTransport }
+
+func (r *refusePipe) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.URL.Path, "/fencelock.v1.Pipe") {
+		r.mu.Lock()
+		r.n["fencelock.v1.Pipe"]++
+		r.mu.Unlock()
+		return &http.Response{StatusCode: http.StatusNotFound, Status: "404 Not Found", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{}, Body: io.NopCloser(strings.NewReader("404 page not found\n")), Request: req}, nil
+	}
+	return r.countingTransport.RoundTrip(req)
+}
+
+// TestClient_RefusedPipeFallsBackToConnect: a node that refuses the pipe is
+// asked once; the calls go as Connect requests and succeed.
+func TestClient_RefusedPipeFallsBackToConnect(t *testing.T) {
+	addr := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr := &refusePipe{countingTransport{n: map[string]int{}}}
+	c := pipeClient(t, addr, tr)
+	for i := 0; i < 5; i++ {
+		l, err := c.Acquire(ctx, "refused")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, a, r := tr.count("fencelock.v1.Pipe"), tr.count("Acquire"), tr.count("Release"); p != 1 || a != 5 || r != 5 {
+		t.Fatalf("%d pipe upgrades, %d unary acquires, %d releases; want 1, 5 and 5", p, a, r)
+	}
+}
+
+// TestClient_PipeThroughAHungLinkRedials: when the link to the node hangs
+// silently (a partition), a call out on the pipe times out, the client drops
+// that connection, and once the link is back the call succeeds on a new
+// one. The request that the hung connection delivers late is the same
+// request (same id): the caller ends up with the one grant the node made.
+func TestClient_PipeThroughAHungLinkRedials(t *testing.T) {
+	addr := startServer(t)
+	proxy, err := netproxy.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr := &countingTransport{n: map[string]int{}}
+	cfg := client.DefaultConfig(proxy.Addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.HTTPClient = &http.Client{Transport: tr}
+	cfg.AttemptTimeout = 300 * time.Millisecond
+	c, err := client.NewFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	first, err := c.Acquire(ctx, "hung")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Block()
+	time.AfterFunc(time.Second, proxy.Unblock)
+	start := time.Now()
+	l, err := c.TryAcquire(ctx, "hung") // no wait: each attempt takes AttemptTimeout
+	if err != nil {
+		t.Fatalf("acquire across a 1 s partition: %v", err)
+	}
+	if time.Since(start) < time.Second {
+		t.Fatalf("acquire returned after %v, before the link was back: the test did not cut it", time.Since(start))
+	}
+	if n := tr.count("fencelock.v1.Pipe"); n < 2 {
+		t.Fatalf("%d pipe upgrades, want a new one after the hung connection", n)
+	}
+	li, err := quietClient(t, addr).Describe(ctx, "hung")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if li.Token != l.Token() || len(li.Waiters) != 0 {
+		t.Fatalf("the node holds token %d with waiters %+v; the caller was granted %d", li.Token, li.Waiters, l.Token())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("releasing the grant the caller got: %v", err)
+	}
+}
