@@ -1,0 +1,137 @@
+package server_test
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/server"
+)
+
+// openPipe upgrades a new connection to addr's pipe, by hand.
+func openPipe(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+wire.PipePath, nil)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", wire.PipeProtocol)
+	if err := req.Write(conn); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != wire.PipeProtocol {
+		t.Fatalf("upgrade answered %s, Upgrade %q; want 101 and %q", resp.Status, resp.Header.Get("Upgrade"), wire.PipeProtocol)
+	}
+	return conn, br
+}
+
+// TestPipe_AnswersEachRequestByID: requests sent back to back on one pipe
+// run as Batch requests would, and each answer carries its request's id,
+// whatever order they finish in; a batch refused as a whole is answered
+// with its error, and the pipe goes on.
+func TestPipe_AnswersEachRequestByID(t *testing.T) {
+	srv := testproc.StartServer(t)
+	conn, br := openPipe(t, srv.Addr)
+	w := wire.NewFrameWriter(bufio.NewWriter(conn))
+	tooMany := make([]*fencelockv1.BatchItem, server.MaxBatchItems+1)
+	for i := range tooMany {
+		tooMany[i] = &fencelockv1.BatchItem{}
+	}
+	sent := map[uint64][]*fencelockv1.BatchItem{
+		7: {acquireItem("p-a", "r1", 0), acquireItem("bad name\x00", "r2", 0)},
+		3: {acquireItem("p-b", "r3", 0)},
+		9: tooMany,
+		4: {acquireItem("p-a", "r4", 0)}, // sent after 7: finds p-a held
+	}
+	for _, id := range []uint64{7, 3, 9, 4} {
+		if err := w.Send(&fencelockv1.PipeRequest{Id: id, Batch: &fencelockv1.BatchRequest{Items: sent[id]}}); err != nil {
+			t.Fatal(err)
+		}
+		if id == 7 {
+			time.Sleep(200 * time.Millisecond) // so that 7's acquire of p-a commits first
+		}
+	}
+	got := map[uint64]*fencelockv1.PipeResponse{}
+	var frame wire.Frame
+	for len(got) < len(sent) {
+		resp := new(fencelockv1.PipeResponse)
+		if err := frame.Read(br, resp, 1<<20); err != nil {
+			t.Fatalf("reading answers (have %d of %d): %v", len(got), len(sent), err)
+		}
+		if _, ok := sent[resp.Id]; !ok || got[resp.Id] != nil {
+			t.Fatalf("answer with id %d: not a request sent, or answered twice", resp.Id)
+		}
+		got[resp.Id] = resp
+	}
+	r7 := got[7].GetBatch().GetResults()
+	if len(r7) != 2 || r7[0].GetAcquire().GetGrant().GetName() != "p-a" {
+		t.Fatalf("request 7 answered %v, want a grant of p-a and an error", got[7])
+	}
+	if err := wire.FromBatchError(r7[1].GetError()); !errors.Is(err, fencelock.ErrInvalidName) {
+		t.Fatalf("request 7's bad name = %v, want ErrInvalidName", err)
+	}
+	if g := got[3].GetBatch().GetResults(); len(g) != 1 || g[0].GetAcquire().GetGrant().GetName() != "p-b" {
+		t.Fatalf("request 3 answered %v, want a grant of p-b", got[3])
+	}
+	if err := wire.FromBatchError(got[9].GetError()); got[9].GetBatch() != nil || !errors.Is(err, fencelock.ErrTooLarge) {
+		t.Fatalf("request 9 (%d items) answered %v, want the batch refused with ErrTooLarge", len(tooMany), got[9])
+	}
+	var held *fencelock.LockHeldError
+	r4 := got[4].GetBatch().GetResults()
+	if len(r4) != 1 || !errors.As(wire.FromBatchError(r4[0].GetError()), &held) || held.Token != fencelock.Token(r7[0].GetAcquire().GetGrant().GetToken()) {
+		t.Fatalf("request 4 answered %v, want lock_held by request 7's grant", got[4])
+	}
+}
+
+// TestPipe_RefusesWhatIsNotAPipe: a plain request to the pipe's path is
+// told to upgrade; a frame over the size limit ends the connection without
+// an answer.
+func TestPipe_RefusesWhatIsNotAPipe(t *testing.T) {
+	srv := testproc.StartServer(t)
+	resp, err := http.Get("http://" + srv.Addr + wire.PipePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUpgradeRequired || resp.Header.Get("Upgrade") != wire.PipeProtocol {
+		t.Fatalf("GET without upgrade answered %s, Upgrade %q; want 426 and %q", resp.Status, resp.Header.Get("Upgrade"), wire.PipeProtocol)
+	}
+
+	conn, br := openPipe(t, srv.Addr)
+	var head [4]byte
+	binary.BigEndian.PutUint32(head[:], 1<<20) // 1 MiB, over the 64 KiB limit
+	if _, err := conn.Write(head[:]); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("after an oversized frame the node sent %d bytes (%v), want the connection closed", n, err)
+	}
+
+	// A frame that does not decode ends the connection too.
+	conn, br = openPipe(t, srv.Addr)
+	binary.BigEndian.PutUint32(head[:], 3)
+	if _, err := conn.Write(append(head[:], 0xff, 0xff, 0xff)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("after a frame that does not decode the node sent %d bytes (%v), want the connection closed", n, err)
+	}
+}
