@@ -230,7 +230,7 @@ func (b *batcher) sendNow(ctx context.Context, calls []*batchCall) {
 // otherwise with Connect. errNoBatch: the node serves neither.
 func (ep *endpoint) sendBatch(ctx context.Context, req *fencelockv1.BatchRequest) (*fencelockv1.BatchResponse, error) {
 	if ep.pipe != nil {
-		resp, err := ep.pipe.roundTrip(ctx, req)
+		resp, err := ep.pipe.roundTrip(ctx, req, nil)
 		if !errors.Is(err, errNoPipe) {
 			return resp, err
 		}
@@ -247,12 +247,26 @@ func (ep *endpoint) sendBatch(ctx context.Context, req *fencelockv1.BatchRequest
 
 // alone sends item by itself on the pipe, from the caller's goroutine. ok
 // is false when the call must go as a unary Connect call instead (no pipe).
-// An item's error comes back as err.
-func (ep *endpoint) alone(ctx context.Context, item *fencelockv1.BatchItem) (res *fencelockv1.BatchResult, ok bool, err error) {
+// An item's error comes back as err. If ctx ends first and late is set,
+// late gets the item's outcome when it is known.
+func (ep *endpoint) alone(ctx context.Context, item *fencelockv1.BatchItem, late func(*fencelockv1.BatchResult, error)) (res *fencelockv1.BatchResult, ok bool, err error) {
 	if ep.pipe == nil {
 		return nil, false, nil
 	}
-	resp, err := ep.pipe.roundTrip(ctx, &fencelockv1.BatchRequest{Items: []*fencelockv1.BatchItem{item}})
+	var lateAll func(*fencelockv1.BatchResponse, error)
+	if late != nil {
+		lateAll = func(resp *fencelockv1.BatchResponse, err error) {
+			if err == nil && len(resp.GetResults()) != 1 {
+				err = fmt.Errorf("a call answered with %d results: %w", len(resp.GetResults()), fencelock.ErrUnavailable)
+			}
+			if err != nil {
+				late(nil, err)
+				return
+			}
+			late(resp.Results[0], nil)
+		}
+	}
+	resp, err := ep.pipe.roundTrip(ctx, &fencelockv1.BatchRequest{Items: []*fencelockv1.BatchItem{item}}, lateAll)
 	switch {
 	case errors.Is(err, errNoPipe):
 		return nil, false, nil
@@ -312,10 +326,16 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 		var ok bool
 		var err error
 		if alone {
-			res, ok, err = ep.alone(ctx, item)
-			if ok && err != nil && ctx.Err() != nil {
-				go abandoned() // as for a unary call, below
-			}
+			// A late answer decides, as for a batch; with none (the pipe
+			// broke), the outcome is unknown and the request is taken back
+			// to be safe.
+			res, ok, err = ep.alone(ctx, item, func(res *fencelockv1.BatchResult, err error) {
+				if err != nil {
+					abandoned()
+					return
+				}
+				late(res, nil)
+			})
 		} else {
 			res, ok, err = ep.batched(ctx, item, late)
 		}
@@ -326,18 +346,30 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 			ep.batch.queued(req.Name) // queued: wait with a unary call below
 		}
 	}
+	sent := time.Now()
 	resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
 	if err != nil {
 		if ctx.Err() != nil {
 			// The acquire may commit after we left, or a queued request may
 			// never have been waited for: queued or granted for nobody. The
-			// caller decides whether to take it back.
-			go abandoned()
+			// caller decides whether to take it back, once a request that
+			// may still be on its way has had time to land: a take-back
+			// that overtook it would find nothing, and the request would
+			// then be granted to nobody.
+			go func() {
+				time.Sleep(landGrace - time.Since(sent))
+				abandoned()
+			}()
 		}
 		return nil, err
 	}
 	return resp.Msg.Grant, nil
 }
+
+// landGrace: a unary Acquire whose caller left this soon after sending it
+// may not have reached the node yet; it is taken back only this long after
+// it was sent.
+const landGrace = time.Second
 
 // renew is one attempt of Renew on ep.
 func (ep *endpoint) renew(ctx context.Context, req *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
@@ -365,7 +397,7 @@ func (ep *endpoint) release(ctx context.Context, req *fencelockv1.ReleaseRequest
 		var err error
 		if ep.batch.goAlone() {
 			defer ep.batch.doneAlone()
-			_, ok, err = ep.alone(ctx, item)
+			_, ok, err = ep.alone(ctx, item, nil)
 		} else {
 			_, ok, err = ep.batched(ctx, item, nil)
 		}

@@ -27,6 +27,9 @@ var errNoPipe = errors.New("pipe not supported by this node")
 
 const (
 	pipeDialTimeout = 3 * time.Second
+	// pipeStall: a request out this long, with no answer to anything since
+	// it went out, means the connection is dead.
+	pipeStall = time.Second
 	// maxPipeAnswer bounds one answer frame (a batch of the node's largest
 	// size with long error messages stays far below it).
 	maxPipeAnswer = 16 << 20
@@ -37,14 +40,16 @@ type pipe struct {
 	url   string // the node's base URL, http://host:port
 	rt    http.RoundTripper
 	offAt atomic.Int64 // when the node refused the upgrade (unix ns); 0: on
+	// lateWait bounds how long an answer is awaited for a caller that left.
+	lateWait time.Duration
 
 	mu   sync.Mutex // guards conn; held while dialling, so one dial at a time
 	conn *pipeConn
 }
 
 // roundTrip sends req on the pipe and returns its answer. errNoPipe means:
-// send it with Connect.
-func (p *pipe) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest) (*fencelockv1.BatchResponse, error) {
+// send it with Connect. See pipeConn.roundTrip for late.
+func (p *pipe) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, late func(*fencelockv1.BatchResponse, error)) (*fencelockv1.BatchResponse, error) {
 	if at := p.offAt.Load(); at != 0 {
 		if time.Since(time.Unix(0, at)) < retryBatchAfter {
 			return nil, errNoPipe
@@ -55,7 +60,7 @@ func (p *pipe) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest) (*f
 	if err != nil {
 		return nil, err
 	}
-	return c.roundTrip(ctx, req)
+	return c.roundTrip(ctx, req, p.lateWait, late)
 }
 
 // get returns the open connection, or opens one.
@@ -176,11 +181,14 @@ func (c *pipeConn) fail(cause error) {
 	}
 }
 
-// roundTrip sends req and waits for its answer or ctx's end. If ctx ends and
-// nothing at all came back since req went out, the connection is taken to
-// be dead (a paused node, a cut link) and closed, so the next call dials
-// afresh instead of queueing behind it.
-func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest) (*fencelockv1.BatchResponse, error) {
+// roundTrip sends req and waits for its answer or ctx's end. If ctx ends
+// first and late is set, late gets the answer when it comes (or an error
+// if none comes within lateWait): the caller that left may still need to
+// know what its request did. If a request has been out for pipeStall
+// with nothing at all coming back since it went out, the connection is
+// taken to be dead (a paused node, a cut link) and closed, so that the
+// next call dials afresh instead of queueing behind it.
+func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, lateWait time.Duration, late func(*fencelockv1.BatchResponse, error)) (*fencelockv1.BatchResponse, error) {
 	ch := make(chan *fencelockv1.PipeResponse, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -191,27 +199,51 @@ func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest)
 	id := c.next
 	c.pending[id] = ch
 	c.mu.Unlock()
-	seen := c.received.Load()
+	seen, sent := c.received.Load(), time.Now()
 	if err := c.w.Send(&fencelockv1.PipeRequest{Id: id, Batch: req}); err != nil {
 		c.fail(err)
 		return nil, c.broken()
 	}
 	select {
 	case resp, ok := <-ch:
-		if !ok {
-			return nil, c.broken()
-		}
-		if resp.Error != nil {
-			return nil, wire.FromBatchError(resp.Error)
-		}
-		return resp.GetBatch(), nil
+		return c.answer(resp, ok)
 	case <-ctx.Done():
-		c.mu.Lock()
-		delete(c.pending, id)
-		c.mu.Unlock()
-		if c.received.Load() == seen {
-			c.fail(errors.New("no answer in time"))
-		}
+	}
+	if time.Since(sent) >= pipeStall && c.received.Load() == seen {
+		c.fail(fmt.Errorf("no answer for %v", time.Since(sent).Round(time.Millisecond)))
+	}
+	if late == nil {
+		c.forget(id)
 		return nil, ctx.Err()
 	}
+	go func() {
+		t := time.NewTimer(lateWait)
+		defer t.Stop()
+		select {
+		case resp, ok := <-ch:
+			late(c.answer(resp, ok))
+		case <-t.C:
+			c.forget(id)
+			late(nil, fmt.Errorf("no answer within %v: %w", lateWait, fencelock.ErrUnavailable))
+		}
+	}()
+	return nil, ctx.Err()
+}
+
+// answer turns what the reader handed a request into its result.
+func (c *pipeConn) answer(resp *fencelockv1.PipeResponse, ok bool) (*fencelockv1.BatchResponse, error) {
+	if !ok {
+		return nil, c.broken()
+	}
+	if resp.Error != nil {
+		return nil, wire.FromBatchError(resp.Error)
+	}
+	return resp.GetBatch(), nil
+}
+
+// forget stops waiting for request id's answer.
+func (c *pipeConn) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
 }

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -207,5 +208,61 @@ func TestClient_PipeThroughAHungLinkRedials(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("releasing the grant the caller got: %v", err)
+	}
+}
+
+// TestClient_GiveUpMidFlightLeavesNoGrant: callers whose context ends while
+// their Acquire of a free lock is still on its way leave no grant held for
+// nobody: the client takes each such request back once it has landed (on
+// the pipe, when its answer comes; as a Connect call, a moment after it was
+// sent). Without that, a take-back that overtakes the acquire finds nothing,
+// and the lock stays held until its TTL (a minute here).
+func TestClient_GiveUpMidFlightLeavesNoGrant(t *testing.T) {
+	addr := startServer(t)
+	for _, noPipe := range []bool{false, true} {
+		cfg := client.DefaultConfig(addr)
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.NoPipe = noPipe
+		c, err := client.NewFromConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		const n = 60
+		names := make([]string, n)
+		gaveUp := 0
+		for i := range names {
+			names[i] = fmt.Sprintf("mid-flight-%v-%d", noPipe, i)
+			// From well before an answer can come to about when it does.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(20+10*i)*time.Microsecond)
+			l, err := c.Acquire(ctx, names[i], client.WithTTL(time.Minute))
+			cancel()
+			if err != nil {
+				gaveUp++
+				continue
+			}
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if gaveUp == 0 {
+			t.Fatalf("noPipe=%v: no caller gave up: the test did not test anything", noPipe)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for _, name := range names {
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				li, err := c.Describe(ctx, name)
+				cancel()
+				if errors.Is(err, fencelock.ErrNotFound) || err == nil && li.Holder == "" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("noPipe=%v: %s is still held (%+v, %v) 10 s after its caller gave up", noPipe, name, li, err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		t.Logf("noPipe=%v: %d of %d callers gave up mid-flight", noPipe, gaveUp, n)
 	}
 }
