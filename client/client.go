@@ -255,7 +255,7 @@ func (c *Client) newEndpoint(u string) *endpoint {
 	if !c.cfg.NoBatch {
 		ep.batch = &batcher{rpc: ep.sendBatch, timeout: c.cfg.AttemptTimeout}
 		if !c.cfg.NoPipe && strings.HasPrefix(u, "http://") {
-			ep.pipe = &pipe{url: u, rt: c.rt, lateWait: c.cfg.AttemptTimeout}
+			ep.pipe = &pipe{url: u, rt: c.rt, lateWait: c.cfg.AttemptTimeout, stall: min(maxPipeStall, c.cfg.AttemptTimeout)}
 		}
 	}
 	return ep

@@ -27,9 +27,10 @@ var errNoPipe = errors.New("pipe not supported by this node")
 
 const (
 	pipeDialTimeout = 3 * time.Second
-	// pipeStall: a request out this long, with no answer to anything since
-	// it went out, means the connection is dead.
-	pipeStall = time.Second
+	// maxPipeStall: a request out this long (or an attempt's whole time, if
+	// shorter), with no answer to anything since it went out, means the
+	// connection is dead.
+	maxPipeStall = time.Second
 	// maxPipeAnswer bounds one answer frame (a batch of the node's largest
 	// size with long error messages stays far below it).
 	maxPipeAnswer = 16 << 20
@@ -40,8 +41,9 @@ type pipe struct {
 	url   string // the node's base URL, http://host:port
 	rt    http.RoundTripper
 	offAt atomic.Int64 // when the node refused the upgrade (unix ns); 0: on
-	// lateWait bounds how long an answer is awaited for a caller that left.
-	lateWait time.Duration
+	// lateWait bounds how long an answer is awaited for a caller that left;
+	// stall is when a connection with no answer counts as dead.
+	lateWait, stall time.Duration
 
 	mu   sync.Mutex // guards conn; held while dialling, so one dial at a time
 	conn *pipeConn
@@ -60,7 +62,7 @@ func (p *pipe) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, lat
 	if err != nil {
 		return nil, err
 	}
-	return c.roundTrip(ctx, req, p.lateWait, late)
+	return c.roundTrip(ctx, req, p.stall, p.lateWait, late)
 }
 
 // get returns the open connection, or opens one.
@@ -184,11 +186,11 @@ func (c *pipeConn) fail(cause error) {
 // roundTrip sends req and waits for its answer or ctx's end. If ctx ends
 // first and late is set, late gets the answer when it comes (or an error
 // if none comes within lateWait): the caller that left may still need to
-// know what its request did. If a request has been out for pipeStall
-// with nothing at all coming back since it went out, the connection is
+// know what its request did. If a request has been out for stall with
+// nothing at all coming back since it went out, the connection is
 // taken to be dead (a paused node, a cut link) and closed, so that the
 // next call dials afresh instead of queueing behind it.
-func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, lateWait time.Duration, late func(*fencelockv1.BatchResponse, error)) (*fencelockv1.BatchResponse, error) {
+func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, stall, lateWait time.Duration, late func(*fencelockv1.BatchResponse, error)) (*fencelockv1.BatchResponse, error) {
 	ch := make(chan *fencelockv1.PipeResponse, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -209,7 +211,7 @@ func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest,
 		return c.answer(resp, ok)
 	case <-ctx.Done():
 	}
-	if time.Since(sent) >= pipeStall && c.received.Load() == seen {
+	if time.Since(sent) >= stall && c.received.Load() == seen {
 		c.fail(fmt.Errorf("no answer for %v", time.Since(sent).Round(time.Millisecond)))
 	}
 	if late == nil {
