@@ -307,10 +307,10 @@ func (ep *endpoint) batched(ctx context.Context, item *fencelockv1.BatchItem, la
 // queued or granted, abandoned is called (in another goroutine): the caller
 // decides whether to take the request back. A unary call whose context ends
 // calls it too: its entry may still commit after the call went away.
-func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, abandoned func()) (*fencelockv1.Grant, error) {
+func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, abandoned func(landBy time.Time)) (*fencelockv1.Grant, error) {
 	late := func(res *fencelockv1.BatchResult, err error) {
 		if err == nil && (res.GetQueued() != nil || res.GetAcquire() != nil) {
-			abandoned()
+			abandoned(time.Time{})
 		}
 	}
 	// An Acquire that will most likely wait goes unary without taking the
@@ -331,7 +331,7 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 			// to be safe.
 			res, ok, err = ep.alone(ctx, item, func(res *fencelockv1.BatchResult, err error) {
 				if err != nil {
-					abandoned()
+					abandoned(time.Time{})
 					return
 				}
 				late(res, nil)
@@ -352,23 +352,19 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 		if ctx.Err() != nil {
 			// The acquire may commit after we left, or a queued request may
 			// never have been waited for: queued or granted for nobody. The
-			// caller decides whether to take it back, once a request that
-			// may still be on its way has had time to land: a take-back
-			// that overtook it would find nothing, and the request would
-			// then be granted to nobody.
-			go func() {
-				time.Sleep(landGrace - time.Since(sent))
-				abandoned()
-			}()
+			// caller decides whether to take it back. The request may
+			// still be on its way: a take-back that finds nothing tries
+			// again once it has had time to land (landBy), or it would be
+			// granted to nobody.
+			go abandoned(sent.Add(landGrace))
 		}
 		return nil, err
 	}
 	return resp.Msg.Grant, nil
 }
 
-// landGrace: a unary Acquire whose caller left this soon after sending it
-// may not have reached the node yet; it is taken back only this long after
-// it was sent.
+// landGrace: a unary Acquire whose caller left may still be on its way to
+// the node for this long after it was sent.
 const landGrace = time.Second
 
 // renew is one attempt of Renew on ep.

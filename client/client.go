@@ -215,6 +215,7 @@ func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx co
 		if time.Now().After(giveUp) {
 			return fmt.Errorf("gave up after %v of retries: %w", c.cfg.RetryTimeout, err)
 		}
+		c.cfg.Logger.Debug("call failed; retrying", "endpoint", eps[i].host, "attempt", attempt+1, "err", err)
 		var nl *wire.NotLeaderError
 		if errors.As(err, &nl) && nl.Leader != "" {
 			// Follow the redirect, unless that node already failed to answer

@@ -77,7 +77,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		returned bool // Acquire returns the grant
 		taken    bool // abandoned took the request back
 	)
-	takeBack := func() {
+	// landBy: if the request may still be on its way to the node, when it
+	// will have landed; a take-back that finds nothing tries again then.
+	takeBack := func(landBy time.Time) {
 		settle.Lock()
 		if returned || taken || ctx.Err() == nil {
 			settle.Unlock()
@@ -85,7 +87,13 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		}
 		taken = true
 		settle.Unlock()
-		c.cancelWait(name, o.requestID)
+		if c.cancelWait(name, o.requestID) {
+			return
+		}
+		if d := time.Until(landBy); d > 0 {
+			time.Sleep(d)
+			c.cancelWait(name, o.requestID)
+		}
 	}
 	for {
 		wait := waitChunk
@@ -151,7 +159,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		// come. Take it back (at once if the caller is still here, so that
 		// it may ask again with the same request id).
 		if ctx.Err() != nil {
-			go takeBack()
+			go takeBack(time.Time{})
 			return nil, fmt.Errorf("acquire %q: %w (last answer: %w)", name, context.Cause(ctx), err)
 		}
 		c.cancelWait(name, o.requestID)
@@ -338,8 +346,9 @@ func Do(ctx context.Context, c *Client, name string, fn func(ctx context.Context
 }
 
 // cancelWait takes request rid out of name's queue, or ends the grant it
-// got, after its caller gave up. Nothing to cancel is not an error.
-func (c *Client) cancelWait(name, rid string) {
+// got, after its caller gave up, and reports whether it found it. Nothing
+// to cancel is not an error.
+func (c *Client) cancelWait(name, rid string) (found bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AttemptTimeout)
 	defer cancel()
 	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
@@ -350,4 +359,5 @@ func (c *Client) cancelWait(name, rid string) {
 		c.cfg.Logger.Warn("could not take an abandoned acquire out of the queue; a grant it gets ends with its TTL",
 			"lock", name, "err", err)
 	}
+	return err == nil
 }

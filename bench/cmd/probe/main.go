@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 func main() {
 	cfg := client.DefaultConfig(os.Args[1])
 	cfg.NoPipe = len(os.Args) > 2
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := client.NewFromConfig(cfg)
 	if err != nil {
 		panic(err)
@@ -34,7 +36,8 @@ func main() {
 					if err != nil {
 						if actx.Err() != nil {
 							if t1.Sub(t0) > 100*time.Millisecond {
-								fmt.Printf("run %d worker %d: cancelled acquire took %v\n", run, w, t1.Sub(t0))
+								li, derr := c.Describe(ctx, fmt.Sprintf("probe-%d", w))
+								fmt.Printf("run %d worker %d: cancelled acquire took %v; lock now %+v %v\n", run, w, t1.Sub(t0), li, derr)
 							}
 							return
 						}
