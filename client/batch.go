@@ -62,10 +62,11 @@ const (
 )
 
 // goAlone reports whether no batch and no other lone call is out and none
-// is queued; then the caller sends its Acquire or Release unary at once,
-// from its own goroutine, and calls doneAlone when it returns. Batching pays only when
-// calls overlap; a lone call would pay a hand-off to the sending goroutine
-// and the batch's wrapping for nothing.
+// is queued; then the caller sends its Acquire or Release at once, by
+// itself (on the pipe, or as a unary Connect call), from its own goroutine,
+// and calls doneAlone when it returns. Batching pays only when calls
+// overlap; a lone call would pay a hand-off to the sending goroutine for
+// nothing.
 func (b *batcher) goAlone() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -328,10 +329,11 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 		if alone {
 			// A late answer decides, as for a batch; with none (the pipe
 			// broke), the outcome is unknown and the request is taken back
-			// to be safe.
+			// to be safe, and again once it could have landed (the node
+			// may still run what the broken connection delivered).
 			res, ok, err = ep.alone(ctx, item, func(res *fencelockv1.BatchResult, err error) {
 				if err != nil {
-					abandoned(time.Time{})
+					abandoned(time.Now().Add(landGrace))
 					return
 				}
 				late(res, nil)

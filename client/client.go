@@ -108,6 +108,9 @@ type Client struct {
 	rt    http.RoundTripper // opens pipes
 	next  atomic.Uint32     // index of the endpoint to try first
 	close func()
+	// takeBacks: request ids of callers that gave up, being taken back
+	// (request id → channel closed when done).
+	takeBacks sync.Map
 }
 
 // New returns a client of the service at endpoints (host:port or URLs),

@@ -51,6 +51,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	}
 	if o.requestID == "" {
 		o.requestID = string(fencelock.NewLeaseID())
+	} else if err := c.awaitTakeBack(ctx, o.requestID); err != nil {
+		return nil, fmt.Errorf("acquire %q: %w", name, err)
 	}
 	// A grant returned for this request id may have been made at any point
 	// since the first attempt (a retry, or a later wait chunk, can return a
@@ -87,6 +89,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		}
 		taken = true
 		settle.Unlock()
+		done := c.takingBack(o.requestID)
+		defer done()
 		if c.cancelWait(name, o.requestID) {
 			return
 		}
@@ -343,6 +347,34 @@ func Do(ctx context.Context, c *Client, name string, fn func(ctx context.Context
 	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
 	defer stop()
 	return fn(fctx, l.token)
+}
+
+// takingBack records that request rid of a caller that gave up is being
+// taken back; done ends that. A new Acquire with the same request id (a
+// caller's retry with WithRequestID) waits for it, or the take-back could
+// end the grant the retry gets.
+func (c *Client) takingBack(rid string) (done func()) {
+	ch := make(chan struct{})
+	c.takeBacks.Store(rid, ch)
+	return func() {
+		c.takeBacks.CompareAndDelete(rid, ch)
+		close(ch)
+	}
+}
+
+// awaitTakeBack waits until no take-back of request rid is under way.
+func (c *Client) awaitTakeBack(ctx context.Context, rid string) error {
+	for {
+		v, ok := c.takeBacks.Load(rid)
+		if !ok {
+			return nil
+		}
+		select {
+		case <-v.(chan struct{}):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // cancelWait takes request rid out of name's queue, or ends the grant it

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
@@ -24,6 +26,9 @@ import (
 
 // errNoPipe: the node does not speak the pipe; use Connect.
 var errNoPipe = errors.New("pipe not supported by this node")
+
+// errClientClosed: a call made after Client.Close.
+var errClientClosed = errors.New("client closed")
 
 const (
 	pipeDialTimeout = 3 * time.Second
@@ -45,8 +50,9 @@ type pipe struct {
 	// stall is when a connection with no answer counts as dead.
 	lateWait, stall time.Duration
 
-	mu   sync.Mutex // guards conn; held while dialling, so one dial at a time
-	conn *pipeConn
+	mu     sync.Mutex // guards conn and closed; held while dialling, so one dial at a time
+	conn   *pipeConn
+	closed bool
 }
 
 // roundTrip sends req on the pipe and returns its answer. errNoPipe means:
@@ -69,6 +75,9 @@ func (p *pipe) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, lat
 func (p *pipe) get(ctx context.Context) (*pipeConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return nil, fmt.Errorf("pipe: %w", errClientClosed)
+	}
 	if p.conn != nil && p.conn.broken() == nil {
 		return p.conn, nil
 	}
@@ -94,7 +103,13 @@ func (p *pipe) open(ctx context.Context) (io.ReadWriteCloser, error) {
 	req.Header.Set("Upgrade", wire.PipeProtocol)
 	resp, err := p.rt.RoundTrip(req)
 	if err != nil {
-		return nil, err
+		if ctx.Err() != nil || dctx.Err() != nil || isNetErr(err) {
+			return nil, err // retryable: the node may be down or slow
+		}
+		// The transport cannot carry an upgrade (an HTTP/2-only
+		// transport, say): use Connect.
+		p.offAt.Store(time.Now().UnixNano())
+		return nil, errNoPipe
 	}
 	rwc, ok := resp.Body.(io.ReadWriteCloser)
 	if resp.StatusCode != http.StatusSwitchingProtocols || !ok {
@@ -111,9 +126,10 @@ func (p *pipe) close() {
 	p.mu.Lock()
 	c := p.conn
 	p.conn = nil
+	p.closed = true
 	p.mu.Unlock()
 	if c != nil {
-		c.fail(errors.New("client closed"))
+		c.fail(errClientClosed)
 	}
 }
 
@@ -191,6 +207,13 @@ func (c *pipeConn) fail(cause error) {
 // taken to be dead (a paused node, a cut link) and closed, so that the
 // next call dials afresh instead of queueing behind it.
 func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, stall, lateWait time.Duration, late func(*fencelockv1.BatchResponse, error)) (*fencelockv1.BatchResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // the caller left: send nothing
+	}
+	if n := proto.Size(req); n > wire.MaxRequestBytes-16 {
+		// The node would close the pipe on it, with every call out on it.
+		return nil, fmt.Errorf("request of %d bytes, more than %d: %w", n, wire.MaxRequestBytes-16, fencelock.ErrTooLarge)
+	}
 	ch := make(chan *fencelockv1.PipeResponse, 1)
 	c.mu.Lock()
 	if c.err != nil {

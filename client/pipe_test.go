@@ -21,17 +21,7 @@ import (
 // pipe) and the calls they carried.
 func batchMetrics(t *testing.T, addr string) (batches, calls float64) {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(body), "\n") {
-		fmt.Sscanf(line, "fencelock_batch_items_sum %g", &calls)
-		fmt.Sscanf(line, "fencelock_batch_items_count %g", &batches)
-	}
-	return batches, calls
+	return counter(t, addr, "fencelock_batch_items_count"), counter(t, addr, "fencelock_batch_items_sum")
 }
 
 // pipeClient is a client with the pipe on, whose HTTP requests go through
@@ -114,6 +104,29 @@ func TestClient_PipeCarriesTheCalls(t *testing.T) {
 	want := float64(2 * (lone + workers*rounds))
 	if batches, calls := batchMetrics(t, addr); calls != want || batches > calls {
 		t.Fatalf("the node ran %v batches carrying %v calls, want %v calls", batches, calls, want)
+	}
+}
+
+// TestClient_OversizedCallFailsAlone: a call too large for the node fails
+// with ErrTooLarge, and the pipe, with the calls on it, goes on.
+func TestClient_OversizedCallFailsAlone(t *testing.T) {
+	addr := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr := &countingTransport{n: map[string]int{}}
+	c := pipeClient(t, addr, tr)
+	l, err := c.Acquire(ctx, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(ctx, "huge", client.WithHolder(strings.Repeat("h", 70<<10))); !errors.Is(err, fencelock.ErrTooLarge) {
+		t.Fatalf("acquire with a 70 KiB holder label = %v, want ErrTooLarge", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release on the same pipe after the oversized call: %v", err)
+	}
+	if n := tr.count("fencelock.v1.Pipe"); n != 1 {
+		t.Fatalf("%d pipe upgrades, want 1: the oversized call broke the pipe", n)
 	}
 }
 
@@ -219,7 +232,9 @@ func TestClient_PipeThroughAHungLinkRedials(t *testing.T) {
 // and the lock stays held until its TTL (a minute here).
 func TestClient_GiveUpMidFlightLeavesNoGrant(t *testing.T) {
 	addr := startServer(t)
+	landed := 0 // grants made for callers that had given up
 	for _, noPipe := range []bool{false, true} {
+		grantsBefore := counter(t, addr, "fencelock_grants_total")
 		cfg := client.DefaultConfig(addr)
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		cfg.NoPipe = noPipe
@@ -263,6 +278,27 @@ func TestClient_GiveUpMidFlightLeavesNoGrant(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
-		t.Logf("noPipe=%v: %d of %d callers gave up mid-flight", noPipe, gaveUp, n)
+		granted := int(counter(t, addr, "fencelock_grants_total") - grantsBefore)
+		landed += granted - (n - gaveUp)
+		t.Logf("noPipe=%v: %d of %d callers gave up mid-flight; %d of those were granted, and taken back", noPipe, gaveUp, n, granted-(n-gaveUp))
 	}
+	if landed == 0 {
+		t.Fatal("no caller gave up after its acquire reached the node: the take-back was not tested")
+	}
+}
+
+// counter reads a counter from the node's metrics.
+func counter(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var v float64
+	for _, line := range strings.Split(string(body), "\n") {
+		fmt.Sscanf(line, name+" %g", &v)
+	}
+	return v
 }

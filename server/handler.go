@@ -16,7 +16,7 @@ import (
 )
 
 // maxMessageBytes bounds a request message; every field has a smaller limit.
-const maxMessageBytes = 64 << 10
+const maxMessageBytes = wire.MaxRequestBytes
 
 // Handler returns the node's HTTP handler: the Connect API (gRPC, gRPC-Web
 // and JSON), the pipe (the Go client's framed transport for batches), /metrics, /healthz (the process is up) and /readyz (the node is

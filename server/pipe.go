@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 )
@@ -21,9 +23,17 @@ import (
 // API port, so it needs no port or address of its own and follows the same
 // redirects. See PipeRequest in the API for the framing.
 
-// maxPipeInFlight bounds the batches one pipe runs at once; the connection
-// is not read further until one finishes.
-const maxPipeInFlight = 64
+const (
+	// maxPipeInFlight bounds the batches one pipe runs at once; the
+	// connection is not read further until one finishes.
+	maxPipeInFlight = 64
+	// pipeIdle: a pipe with no request for this long is closed (the client
+	// dials again when it needs one).
+	pipeIdle = 10 * time.Minute
+	// pipeWriteTimeout bounds writing one answer to a client that does not
+	// read; the pipe is then closed.
+	pipeWriteTimeout = 10 * time.Second
+)
 
 // servePipe upgrades the request's connection to a pipe and serves it until
 // the client closes it or the node stops.
@@ -50,7 +60,7 @@ func (s *Server) servePipe(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 	s.metrics.pipes.Inc()
 	defer s.metrics.pipes.Dec()
-	p := &pipe{s: s, w: wire.NewFrameWriter(brw.Writer)}
+	p := &pipe{s: s, conn: conn, w: wire.NewFrameWriter(brw.Writer)}
 	err = p.serve(brw.Reader)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && s.ctx.Err() == nil {
 		s.log.Debug("pipe closed", "remote", r.RemoteAddr, "err", err)
@@ -59,8 +69,9 @@ func (s *Server) servePipe(w http.ResponseWriter, r *http.Request) {
 
 // pipe is one upgraded connection.
 type pipe struct {
-	s *Server
-	w *wire.FrameWriter
+	s    *Server
+	conn net.Conn
+	w    *wire.FrameWriter
 }
 
 // serve reads requests and runs each in its own goroutine, at most
@@ -70,14 +81,18 @@ func (p *pipe) serve(br *bufio.Reader) error {
 	var frame wire.Frame
 	for {
 		req := new(fencelockv1.PipeRequest)
+		_ = p.conn.SetReadDeadline(time.Now().Add(pipeIdle))
 		if err := frame.Read(br, req, maxMessageBytes); err != nil {
 			return err
 		}
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem }()
-			// A write error breaks the connection, which ends the read loop.
-			_ = p.w.Send(p.run(req))
+			resp := p.run(req)
+			_ = p.conn.SetWriteDeadline(time.Now().Add(pipeWriteTimeout))
+			if err := p.w.Send(resp); err != nil {
+				p.conn.Close() // ends the read loop
+			}
 		}()
 	}
 }
@@ -86,6 +101,11 @@ func (p *pipe) serve(br *bufio.Reader) error {
 func (p *pipe) run(req *fencelockv1.PipeRequest) *fencelockv1.PipeResponse {
 	a := (*api)(p.s)
 	resp, err := a.batch(p.s.ctx, req.GetBatch().GetItems())
+	if err != nil && p.s.ctx.Err() != nil {
+		// The node is stopping: the client asks another (a Connect call
+		// would see its connection break).
+		err = fmt.Errorf("node stopping: %w", fencelock.ErrUnavailable)
+	}
 	if err != nil {
 		a.count("Batch", err)
 		return &fencelockv1.PipeResponse{Id: req.Id, Error: wire.ToBatchError(err)}

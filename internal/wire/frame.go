@@ -21,6 +21,9 @@ const (
 	PipePath = "/fencelock.v1.Pipe"
 	// PipeProtocol is the Upgrade header's token.
 	PipeProtocol = "fencelock-pipe/1"
+	// MaxRequestBytes bounds one request message (a Connect request, or a
+	// pipe frame from a client); every field has a smaller limit.
+	MaxRequestBytes = 64 << 10
 )
 
 // Frame is a reusable buffer for reading and writing frames.
