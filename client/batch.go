@@ -348,6 +348,24 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 			ep.batch.queued(req.Name) // queued: wait with a unary call below
 		}
 	}
+	if ep.pipe != nil {
+		// On the pipe: if the caller leaves, the node ends the wait (and
+		// takes the request out of the queue) as for a Connect call that
+		// went away. What the late answer shows still there is taken back
+		// here: a grant made just before, or a place kept because the
+		// wait ran out just before.
+		resp, err := ep.pipe.acquire(ctx, req, func(_ *fencelockv1.AcquireResponse, err error) {
+			switch {
+			case err == nil, errors.Is(err, fencelock.ErrLockHeld):
+				abandoned(time.Time{})
+			case errors.Is(err, fencelock.ErrUnavailable): // no answer: unknown
+				abandoned(time.Now().Add(landGrace))
+			}
+		})
+		if !errors.Is(err, errNoPipe) {
+			return resp.GetGrant(), err
+		}
+	}
 	sent := time.Now()
 	resp, err := ep.lock.Acquire(ctx, connect.NewRequest(req))
 	if err != nil {

@@ -55,9 +55,36 @@ type pipe struct {
 	closed bool
 }
 
-// roundTrip sends req on the pipe and returns its answer. errNoPipe means:
-// send it with Connect. See pipeConn.roundTrip for late.
+// roundTrip sends a Batch request on the pipe and returns its answer.
+// errNoPipe means: send it with Connect. See pipeConn.exchange for late.
 func (p *pipe) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, late func(*fencelockv1.BatchResponse, error)) (*fencelockv1.BatchResponse, error) {
+	var lateAll func(*fencelockv1.PipeResponse, error)
+	if late != nil {
+		lateAll = func(resp *fencelockv1.PipeResponse, err error) { late(resp.GetBatch(), err) }
+	}
+	resp, err := p.exchange(ctx, &fencelockv1.PipeRequest{Batch: req}, p.stall, lateAll)
+	return resp.GetBatch(), err
+}
+
+// acquire sends an Acquire that may wait in the queue and returns its
+// answer. If ctx ends first, the node is told to stop waiting, and late (if
+// set) gets the answer that follows. errNoPipe means: send it with Connect.
+func (p *pipe) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, late func(*fencelockv1.AcquireResponse, error)) (*fencelockv1.AcquireResponse, error) {
+	var lateAll func(*fencelockv1.PipeResponse, error)
+	if late != nil {
+		lateAll = func(resp *fencelockv1.PipeResponse, err error) { late(resp.GetAcquire(), err) }
+	}
+	// No stall check: a wait may rightly go without an answer for long.
+	resp, err := p.exchange(ctx, &fencelockv1.PipeRequest{Acquire: req}, 0, lateAll)
+	if err == nil && resp.GetAcquire() == nil {
+		err = fmt.Errorf("acquire answered without a grant: %w", fencelock.ErrUnavailable)
+	}
+	return resp.GetAcquire(), err
+}
+
+// exchange sends m on the pipe and returns its answer (see
+// pipeConn.exchange).
+func (p *pipe) exchange(ctx context.Context, m *fencelockv1.PipeRequest, stall time.Duration, late func(*fencelockv1.PipeResponse, error)) (*fencelockv1.PipeResponse, error) {
 	if at := p.offAt.Load(); at != 0 {
 		if time.Since(time.Unix(0, at)) < retryBatchAfter {
 			return nil, errNoPipe
@@ -68,7 +95,7 @@ func (p *pipe) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, lat
 	if err != nil {
 		return nil, err
 	}
-	return c.roundTrip(ctx, req, p.stall, p.lateWait, late)
+	return c.exchange(ctx, m, stall, p.lateWait, late)
 }
 
 // get returns the open connection, or opens one.
@@ -199,20 +226,21 @@ func (c *pipeConn) fail(cause error) {
 	}
 }
 
-// roundTrip sends req and waits for its answer or ctx's end. If ctx ends
-// first and late is set, late gets the answer when it comes (or an error
-// if none comes within lateWait): the caller that left may still need to
-// know what its request did. If a request has been out for stall with
-// nothing at all coming back since it went out, the connection is
-// taken to be dead (a paused node, a cut link) and closed, so that the
-// next call dials afresh instead of queueing behind it.
-func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, stall, lateWait time.Duration, late func(*fencelockv1.BatchResponse, error)) (*fencelockv1.BatchResponse, error) {
+// exchange sends m (with a new id) and waits for its answer or ctx's end.
+// If ctx ends first: an acquire's wait is cancelled on the node; and if
+// late is set, late gets the answer when it comes (or an error if none
+// comes within lateWait), since the caller that left may still need to
+// know what its request did. If stall > 0 and a request has been out that
+// long with nothing at all coming back since it went out, the connection is
+// taken to be dead (a paused node, a cut link) and closed, so that the next
+// call dials afresh instead of queueing behind it.
+func (c *pipeConn) exchange(ctx context.Context, m *fencelockv1.PipeRequest, stall, lateWait time.Duration, late func(*fencelockv1.PipeResponse, error)) (*fencelockv1.PipeResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // the caller left: send nothing
 	}
-	if n := proto.Size(req); n > wire.MaxRequestBytes-16 {
+	if n := proto.Size(m); n > wire.MaxRequestBytes-8 {
 		// The node would close the pipe on it, with every call out on it.
-		return nil, fmt.Errorf("request of %d bytes, more than %d: %w", n, wire.MaxRequestBytes-16, fencelock.ErrTooLarge)
+		return nil, fmt.Errorf("request of %d bytes, more than %d: %w", n, wire.MaxRequestBytes-8, fencelock.ErrTooLarge)
 	}
 	ch := make(chan *fencelockv1.PipeResponse, 1)
 	c.mu.Lock()
@@ -224,8 +252,9 @@ func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest,
 	id := c.next
 	c.pending[id] = ch
 	c.mu.Unlock()
+	m.Id = id
 	seen, sent := c.received.Load(), time.Now()
-	if err := c.w.Send(&fencelockv1.PipeRequest{Id: id, Batch: req}); err != nil {
+	if err := c.w.Send(m); err != nil {
 		c.fail(err)
 		return nil, c.broken()
 	}
@@ -234,7 +263,11 @@ func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest,
 		return c.answer(resp, ok)
 	case <-ctx.Done():
 	}
-	if time.Since(sent) >= stall && c.received.Load() == seen {
+	if m.Acquire != nil {
+		// Best effort: if the pipe is broken, the node ends the wait itself.
+		_ = c.w.Send(&fencelockv1.PipeRequest{Cancel: id})
+	}
+	if stall > 0 && time.Since(sent) >= stall && c.received.Load() == seen {
 		c.fail(fmt.Errorf("no answer for %v", time.Since(sent).Round(time.Millisecond)))
 	}
 	if late == nil {
@@ -256,14 +289,14 @@ func (c *pipeConn) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest,
 }
 
 // answer turns what the reader handed a request into its result.
-func (c *pipeConn) answer(resp *fencelockv1.PipeResponse, ok bool) (*fencelockv1.BatchResponse, error) {
+func (c *pipeConn) answer(resp *fencelockv1.PipeResponse, ok bool) (*fencelockv1.PipeResponse, error) {
 	if !ok {
 		return nil, c.broken()
 	}
 	if resp.Error != nil {
 		return nil, wire.FromBatchError(resp.Error)
 	}
-	return resp.GetBatch(), nil
+	return resp, nil
 }
 
 // forget stops waiting for request id's answer.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -27,6 +28,9 @@ const (
 	// maxPipeInFlight bounds the batches one pipe runs at once; the
 	// connection is not read further until one finishes.
 	maxPipeInFlight = 64
+	// maxPipeWaits bounds the Acquire calls waiting on one pipe; more are
+	// refused (unavailable) rather than holding up the pipe's batches.
+	maxPipeWaits = 4096
 	// pipeIdle: a pipe with no request for this long is closed (the client
 	// dials again when it needs one).
 	pipeIdle = 10 * time.Minute
@@ -60,7 +64,9 @@ func (s *Server) servePipe(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 	s.metrics.pipes.Inc()
 	defer s.metrics.pipes.Dec()
-	p := &pipe{s: s, conn: conn, w: wire.NewFrameWriter(brw.Writer)}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel() // waits on a closed pipe end, as a Connect call's would
+	p := &pipe{s: s, ctx: ctx, conn: conn, w: wire.NewFrameWriter(brw.Writer), waits: map[uint64]context.CancelFunc{}}
 	err = p.serve(brw.Reader)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && s.ctx.Err() == nil {
 		s.log.Debug("pipe closed", "remote", r.RemoteAddr, "err", err)
@@ -70,8 +76,12 @@ func (s *Server) servePipe(w http.ResponseWriter, r *http.Request) {
 // pipe is one upgraded connection.
 type pipe struct {
 	s    *Server
+	ctx  context.Context // ends with the connection
 	conn net.Conn
 	w    *wire.FrameWriter
+
+	mu    sync.Mutex
+	waits map[uint64]context.CancelFunc // acquire requests waiting, by id
 }
 
 // serve reads requests and runs each in its own goroutine, at most
@@ -85,15 +95,71 @@ func (p *pipe) serve(br *bufio.Reader) error {
 		if err := frame.Read(br, req, maxMessageBytes); err != nil {
 			return err
 		}
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem }()
-			resp := p.run(req)
-			_ = p.conn.SetWriteDeadline(time.Now().Add(pipeWriteTimeout))
-			if err := p.w.Send(resp); err != nil {
-				p.conn.Close() // ends the read loop
-			}
+		switch {
+		case req.Cancel != 0:
+			p.cancel(req.Cancel)
+		case req.Acquire != nil:
+			p.wait(req)
+		default:
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem }()
+				p.send(p.run(req))
+			}()
+		}
+	}
+}
+
+// send writes an answer; a client that does not read it in time loses the
+// pipe.
+func (p *pipe) send(resp *fencelockv1.PipeResponse) {
+	_ = p.conn.SetWriteDeadline(time.Now().Add(pipeWriteTimeout))
+	if err := p.w.Send(resp); err != nil {
+		p.conn.Close() // ends the read loop
+	}
+}
+
+// wait runs an acquire request as the Acquire method would, in its own
+// goroutine, until it is answered, cancelled or the pipe closes.
+func (p *pipe) wait(req *fencelockv1.PipeRequest) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	p.mu.Lock()
+	full := len(p.waits) >= maxPipeWaits
+	if !full {
+		p.waits[req.Id] = cancel
+	}
+	p.mu.Unlock()
+	if full {
+		cancel()
+		err := fmt.Errorf("%d acquire calls wait on this pipe already: %w", maxPipeWaits, fencelock.ErrUnavailable)
+		(*api)(p.s).count("Acquire", err)
+		go p.send(&fencelockv1.PipeResponse{Id: req.Id, Error: wire.ToBatchError(err)})
+		return
+	}
+	go func() {
+		defer func() {
+			p.mu.Lock()
+			delete(p.waits, req.Id)
+			p.mu.Unlock()
+			cancel()
 		}()
+		g, err := p.s.Acquire(ctx, acquireRequest(req.Acquire))
+		if err != nil {
+			(*api)(p.s).count("Acquire", err)
+			p.send(&fencelockv1.PipeResponse{Id: req.Id, Error: wire.ToBatchError(err)})
+			return
+		}
+		p.send(&fencelockv1.PipeResponse{Id: req.Id, Acquire: acquireResponse(g)})
+	}()
+}
+
+// cancel ends the wait of acquire request id: its caller gave up.
+func (p *pipe) cancel(id uint64) {
+	p.mu.Lock()
+	cancel := p.waits[id]
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
 	}
 }
 

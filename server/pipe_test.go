@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 	"github.com/fencelock/fencelock/server"
 )
 
@@ -133,5 +136,74 @@ func TestPipe_RefusesWhatIsNotAPipe(t *testing.T) {
 	}
 	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Fatalf("after a frame that does not decode the node sent %d bytes (%v), want the connection closed", n, err)
+	}
+}
+
+// TestPipe_AcquireWaitsAndCancels: an acquire request on the pipe waits in
+// the lock's queue as a unary Acquire does, while the pipe serves other
+// requests; a cancel frame ends its wait and takes it out of the queue; a
+// release grants the one still waiting, whose answer then comes.
+func TestPipe_AcquireWaitsAndCancels(t *testing.T) {
+	srv := testproc.StartServer(t)
+	ctx := ctxFor(t, 30*time.Second)
+	holder := rawAcquire(t, srv.Addr, "w", "holder", time.Minute)
+	conn, br := openPipe(t, srv.Addr)
+	w := wire.NewFrameWriter(bufio.NewWriter(conn))
+	send := func(m *fencelockv1.PipeRequest) {
+		t.Helper()
+		if err := w.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var frame wire.Frame
+	read := func() *fencelockv1.PipeResponse {
+		t.Helper()
+		resp := new(fencelockv1.PipeResponse)
+		if err := frame.Read(br, resp, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	c := newClient(t, srv.Addr)
+	waiters := func(n int) {
+		t.Helper()
+		waitFor(t, func() bool {
+			li, err := c.Describe(ctx, "w")
+			return err == nil && len(li.Waiters) == n
+		})
+	}
+	acquire := func(rid string) *fencelockv1.AcquireRequest {
+		m := acquireItem("w", rid, time.Minute).GetAcquire()
+		m.KeepPlace = true
+		return m
+	}
+	send(&fencelockv1.PipeRequest{Id: 1, Acquire: acquire("r1")})
+	waiters(1)
+	send(&fencelockv1.PipeRequest{Id: 2, Acquire: acquire("r2")})
+	waiters(2)
+
+	// The pipe still serves batches while both wait.
+	send(&fencelockv1.PipeRequest{Id: 3, Batch: &fencelockv1.BatchRequest{Items: []*fencelockv1.BatchItem{acquireItem("other", "r3", 0)}}})
+	if r := read(); r.Id != 3 || r.GetBatch().GetResults()[0].GetAcquire().GetGrant().GetName() != "other" {
+		t.Fatalf("batch sent while two acquires wait answered %v, want id 3 granted", r)
+	}
+
+	send(&fencelockv1.PipeRequest{Cancel: 2})
+	if r := read(); r.Id != 2 || r.Error == nil {
+		t.Fatalf("after cancel of request 2, the answer is %v; want request 2 ended with an error", r)
+	}
+	waiters(1)
+
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
+	if _, err := rpc.Release(ctx, connect.NewRequest(&fencelockv1.ReleaseRequest{Name: "w", LeaseId: holder.LeaseId, Token: holder.Token})); err != nil {
+		t.Fatal(wire.FromConnect(err))
+	}
+	r := read()
+	if g := r.GetAcquire().GetGrant(); r.Id != 1 || g.GetName() != "w" || g.GetToken() <= holder.Token {
+		t.Fatalf("after the release, the answer is %v; want request 1 granted w with a token above %d", r, holder.Token)
+	}
+	li, err := c.Describe(ctx, "w")
+	if err != nil || li.Token != fencelock.Token(r.GetAcquire().GetGrant().GetToken()) || len(li.Waiters) != 0 {
+		t.Fatalf("w is %+v (%v); want held by request 1's grant, nobody waiting (the cancelled request left)", li, err)
 	}
 }

@@ -472,17 +472,25 @@ func (*AcquireQueued) Descriptor() ([]byte, []int) {
 	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{6}
 }
 
-// The pipe: a lean transport for Batch beside Connect, on the same port. A
-// client upgrades an HTTP/1.1 connection (GET /fencelock.v1.Pipe with
-// "Connection: Upgrade" and "Upgrade: fencelock-pipe/1"; the node answers
-// 101). Then both sides send frames: a 4-byte big-endian length, then a
-// PipeRequest (client to node) or a PipeResponse (node to client). Many
-// requests may be out at once; each response carries its request's id and
-// they come back in any order. A request runs exactly as Batch would.
+// The pipe: a lean transport for Batch and waiting Acquire calls beside
+// Connect, on the same port. A client upgrades an HTTP/1.1 connection (GET
+// /fencelock.v1.Pipe with "Connection: Upgrade" and "Upgrade:
+// fencelock-pipe/1"; the node answers 101). Then both sides send frames: a
+// 4-byte big-endian length, then a PipeRequest (client to node) or a
+// PipeResponse (node to client). Many requests may be out at once; each
+// response carries its request's id and they come back in any order.
 type PipeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Batch         *BatchRequest          `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// One of batch, acquire or cancel.
+	// batch runs exactly as the Batch method would.
+	Batch *BatchRequest `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	// acquire runs as the Acquire method would: it may wait in the queue.
+	Acquire *AcquireRequest `protobuf:"bytes,3,opt,name=acquire,proto3" json:"acquire,omitempty"`
+	// cancel: the caller of acquire request `cancel` gave up; the node stops
+	// its wait as if a Connect call's client had gone (the request leaves
+	// the queue). Answered only through that request's own answer.
+	Cancel        uint64 `protobuf:"varint,4,opt,name=cancel,proto3" json:"cancel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -531,13 +539,28 @@ func (x *PipeRequest) GetBatch() *BatchRequest {
 	return nil
 }
 
+func (x *PipeRequest) GetAcquire() *AcquireRequest {
+	if x != nil {
+		return x.Acquire
+	}
+	return nil
+}
+
+func (x *PipeRequest) GetCancel() uint64 {
+	if x != nil {
+		return x.Cancel
+	}
+	return 0
+}
+
 type PipeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// The batch's results, or, if the batch as a whole failed (too many
-	// items, not done in time), its error.
-	Batch         *BatchResponse `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
-	Error         *BatchError    `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// A batch's results; an acquire's grant; or the error that a batch as a
+	// whole (too many items, not done in time) or an acquire failed with.
+	Batch         *BatchResponse   `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
+	Error         *BatchError      `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	Acquire       *AcquireResponse `protobuf:"bytes,4,opt,name=acquire,proto3" json:"acquire,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -589,6 +612,13 @@ func (x *PipeResponse) GetBatch() *BatchResponse {
 func (x *PipeResponse) GetError() *BatchError {
 	if x != nil {
 		return x.Error
+	}
+	return nil
+}
+
+func (x *PipeResponse) GetAcquire() *AcquireResponse {
+	if x != nil {
+		return x.Acquire
 	}
 	return nil
 }
@@ -2027,14 +2057,17 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x18.fencelock.v1.BatchErrorH\x00R\x05error\x125\n" +
 	"\x06queued\x18\x05 \x01(\v2\x1b.fencelock.v1.AcquireQueuedH\x00R\x06queuedB\b\n" +
 	"\x06result\"\x0f\n" +
-	"\rAcquireQueued\"O\n" +
+	"\rAcquireQueued\"\x9f\x01\n" +
 	"\vPipeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x120\n" +
-	"\x05batch\x18\x02 \x01(\v2\x1a.fencelock.v1.BatchRequestR\x05batch\"\x81\x01\n" +
+	"\x05batch\x18\x02 \x01(\v2\x1a.fencelock.v1.BatchRequestR\x05batch\x126\n" +
+	"\aacquire\x18\x03 \x01(\v2\x1c.fencelock.v1.AcquireRequestR\aacquire\x12\x16\n" +
+	"\x06cancel\x18\x04 \x01(\x04R\x06cancel\"\xba\x01\n" +
 	"\fPipeResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
 	"\x05batch\x18\x02 \x01(\v2\x1b.fencelock.v1.BatchResponseR\x05batch\x12.\n" +
-	"\x05error\x18\x03 \x01(\v2\x18.fencelock.v1.BatchErrorR\x05error\"|\n" +
+	"\x05error\x18\x03 \x01(\v2\x18.fencelock.v1.BatchErrorR\x05error\x127\n" +
+	"\aacquire\x18\x04 \x01(\v2\x1d.fencelock.v1.AcquireResponseR\aacquire\"|\n" +
 	"\n" +
 	"BatchError\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x121\n" +
@@ -2207,50 +2240,52 @@ var file_fencelock_v1_lock_proto_depIdxs = []int32{
 	9,  // 8: fencelock.v1.BatchResult.error:type_name -> fencelock.v1.BatchError
 	6,  // 9: fencelock.v1.BatchResult.queued:type_name -> fencelock.v1.AcquireQueued
 	2,  // 10: fencelock.v1.PipeRequest.batch:type_name -> fencelock.v1.BatchRequest
-	4,  // 11: fencelock.v1.PipeResponse.batch:type_name -> fencelock.v1.BatchResponse
-	9,  // 12: fencelock.v1.PipeResponse.error:type_name -> fencelock.v1.BatchError
-	23, // 13: fencelock.v1.BatchError.detail:type_name -> fencelock.v1.ErrorDetail
-	33, // 14: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 15: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	33, // 16: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
-	11, // 17: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
-	33, // 18: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
-	33, // 19: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
-	34, // 20: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
-	33, // 21: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
-	18, // 22: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
-	19, // 23: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
-	19, // 24: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
-	34, // 25: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
-	33, // 26: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	24, // 27: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
-	10, // 28: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
-	13, // 29: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
-	15, // 30: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
-	17, // 31: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
-	21, // 32: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
-	2,  // 33: fencelock.v1.LockService.Batch:input_type -> fencelock.v1.BatchRequest
-	0,  // 34: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
-	25, // 35: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
-	27, // 36: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
-	29, // 37: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
-	31, // 38: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
-	12, // 39: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
-	14, // 40: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
-	16, // 41: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
-	20, // 42: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
-	22, // 43: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
-	4,  // 44: fencelock.v1.LockService.Batch:output_type -> fencelock.v1.BatchResponse
-	1,  // 45: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
-	26, // 46: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
-	28, // 47: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
-	30, // 48: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
-	32, // 49: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
-	39, // [39:50] is the sub-list for method output_type
-	28, // [28:39] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	10, // 11: fencelock.v1.PipeRequest.acquire:type_name -> fencelock.v1.AcquireRequest
+	4,  // 12: fencelock.v1.PipeResponse.batch:type_name -> fencelock.v1.BatchResponse
+	9,  // 13: fencelock.v1.PipeResponse.error:type_name -> fencelock.v1.BatchError
+	12, // 14: fencelock.v1.PipeResponse.acquire:type_name -> fencelock.v1.AcquireResponse
+	23, // 15: fencelock.v1.BatchError.detail:type_name -> fencelock.v1.ErrorDetail
+	33, // 16: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 17: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	33, // 18: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
+	11, // 19: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
+	33, // 20: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
+	33, // 21: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
+	34, // 22: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
+	33, // 23: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
+	18, // 24: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
+	19, // 25: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
+	19, // 26: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
+	34, // 27: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
+	33, // 28: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	24, // 29: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
+	10, // 30: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
+	13, // 31: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
+	15, // 32: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
+	17, // 33: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
+	21, // 34: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
+	2,  // 35: fencelock.v1.LockService.Batch:input_type -> fencelock.v1.BatchRequest
+	0,  // 36: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
+	25, // 37: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
+	27, // 38: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
+	29, // 39: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
+	31, // 40: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
+	12, // 41: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
+	14, // 42: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
+	16, // 43: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
+	20, // 44: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
+	22, // 45: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
+	4,  // 46: fencelock.v1.LockService.Batch:output_type -> fencelock.v1.BatchResponse
+	1,  // 47: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
+	26, // 48: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
+	28, // 49: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
+	30, // 50: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
+	32, // 51: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
+	41, // [41:52] is the sub-list for method output_type
+	30, // [30:41] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_fencelock_v1_lock_proto_init() }
