@@ -50,9 +50,10 @@ type pipe struct {
 	// stall is when a connection with no answer counts as dead.
 	lateWait, stall time.Duration
 
-	mu     sync.Mutex // guards conn and closed; held while dialling, so one dial at a time
-	conn   *pipeConn
-	closed bool
+	mu      sync.Mutex // guards conn, closed and dialing
+	conn    *pipeConn
+	closed  bool
+	dialing chan struct{} // closed when the dial under way ends; nil if none
 }
 
 // roundTrip sends a Batch request on the pipe and returns its answer.
@@ -98,22 +99,49 @@ func (p *pipe) exchange(ctx context.Context, m *fencelockv1.PipeRequest, stall t
 	return c.exchange(ctx, m, stall, p.lateWait, late)
 }
 
-// get returns the open connection, or opens one.
+// get returns the open connection, or opens one. One dial at a time: other
+// callers wait for it, each as long as its own context allows.
 func (p *pipe) get(ctx context.Context) (*pipeConn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, fmt.Errorf("pipe: %w", errClientClosed)
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("pipe: %w", errClientClosed)
+		}
+		if p.conn != nil && p.conn.broken() == nil {
+			c := p.conn
+			p.mu.Unlock()
+			return c, nil
+		}
+		if wait := p.dialing; wait != nil {
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		p.dialing = done
+		p.mu.Unlock()
+		rwc, err := p.open(ctx)
+		p.mu.Lock()
+		p.dialing = nil
+		var c *pipeConn
+		if err == nil {
+			c = newPipeConn(rwc)
+			if p.closed {
+				c.fail(errClientClosed)
+				err = fmt.Errorf("pipe: %w", errClientClosed)
+			} else {
+				p.conn = c
+			}
+		}
+		p.mu.Unlock()
+		close(done)
+		return c, err
 	}
-	if p.conn != nil && p.conn.broken() == nil {
-		return p.conn, nil
-	}
-	rwc, err := p.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	p.conn = newPipeConn(rwc)
-	return p.conn, nil
 }
 
 // open upgrades a new HTTP/1.1 connection to the pipe.
