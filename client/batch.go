@@ -308,7 +308,9 @@ func (ep *endpoint) batched(ctx context.Context, item *fencelockv1.BatchItem, la
 // queued or granted, abandoned is called (in another goroutine): the caller
 // decides whether to take the request back. A unary call whose context ends
 // calls it too: its entry may still commit after the call went away.
-func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, abandoned func(landBy time.Time)) (*fencelockv1.Grant, error) {
+//
+// gone reports whether the caller has given up (not just this attempt).
+func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, gone func() bool, abandoned func(landBy time.Time)) (*fencelockv1.Grant, error) {
 	late := func(res *fencelockv1.BatchResult, err error) {
 		if err == nil && (res.GetQueued() != nil || res.GetAcquire() != nil) {
 			abandoned(time.Time{})
@@ -351,16 +353,16 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 	if ep.pipe != nil {
 		// On the pipe: if the caller leaves, the node ends the wait (and
 		// takes the request out of the queue) as for a Connect call that
-		// went away. What the late answer shows still there is taken back
-		// here: a grant made just before, or a place kept because the
-		// wait ran out just before.
-		resp, err := ep.pipe.acquire(ctx, req, func(_ *fencelockv1.AcquireResponse, err error) {
-			switch {
-			case err == nil, errors.Is(err, fencelock.ErrLockHeld):
-				abandoned(time.Time{})
-			case errors.Is(err, fencelock.ErrUnavailable): // no answer: unknown
+		// went away. Whatever the late answer says (a grant made just
+		// before, a place kept because the wait ran out just then, the
+		// node's own take-back failing), the client takes the request back
+		// too; with no answer, also once it could have landed.
+		resp, err := ep.pipe.acquire(ctx, req, gone, func(_ *fencelockv1.AcquireResponse, err error) {
+			if err != nil && errors.Is(err, fencelock.ErrUnavailable) {
 				abandoned(time.Now().Add(landGrace))
+				return
 			}
+			abandoned(time.Time{})
 		})
 		if !errors.Is(err, errNoPipe) {
 			return resp.GetGrant(), err

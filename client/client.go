@@ -108,9 +108,10 @@ type Client struct {
 	rt    http.RoundTripper // opens pipes
 	next  atomic.Uint32     // index of the endpoint to try first
 	close func()
-	// takeBacks: request ids of callers that gave up, being taken back
-	// (request id → channel closed when done).
-	takeBacks sync.Map
+	// heldIDs: request ids of callers that gave up that may still be
+	// taken back (see holdRequestID).
+	heldMu  sync.Mutex
+	heldIDs map[string]*heldID
 }
 
 // New returns a client of the service at endpoints (host:port or URLs),

@@ -49,7 +49,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	if o.waitSet && o.wait < 0 {
 		return nil, fmt.Errorf("acquire %q: wait %v is negative: %w", name, o.wait, fencelock.ErrInvalidArgument)
 	}
-	if o.requestID == "" {
+	ownID := o.requestID != "" // the caller's: it may ask again with it
+	if !ownID {
 		o.requestID = string(fencelock.NewLeaseID())
 	} else if err := c.awaitTakeBack(ctx, o.requestID); err != nil {
 		return nil, fmt.Errorf("acquire %q: %w", name, err)
@@ -76,28 +77,63 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	// returned the grant; the two exclude each other.
 	var (
 		settle   sync.Mutex
-		returned bool // Acquire returns the grant
-		taken    bool // abandoned took the request back
+		returned bool      // Acquire returns the grant
+		taken    bool      // a take-back started
+		found    bool      // a take-back found the request and ended it
+		running  bool      // a take-back is under way
+		again    bool      // another answer came during it: take back once more
+		landBy   time.Time // the latest any call's request may land
 	)
-	// landBy: if the request may still be on its way to the node, when it
-	// will have landed; a take-back that finds nothing tries again then.
-	takeBack := func(landBy time.Time) {
+	// takeBack(by), when the caller has given up, takes the request back
+	// with CancelWait until one finds it: at once; again whenever a late
+	// answer shows something there; and once more at by, when a request
+	// that may still be on its way to the node will have landed (zero:
+	// none is).
+	takeBack := func(by time.Time) {
 		settle.Lock()
-		if returned || taken || ctx.Err() == nil {
+		if by.After(landBy) {
+			landBy = by
+		}
+		if returned || found || ctx.Err() == nil {
 			settle.Unlock()
 			return
 		}
-		taken = true
-		settle.Unlock()
-		done := c.takingBack(o.requestID)
-		defer done()
-		if c.cancelWait(name, o.requestID) {
+		if running {
+			again = true
+			settle.Unlock()
 			return
 		}
-		if d := time.Until(landBy); d > 0 {
+		running, taken = true, true
+		settle.Unlock()
+		done := c.holdRequestID(o.requestID)
+		defer done()
+		for {
+			ok := c.cancelWait(name, o.requestID)
+			settle.Lock()
+			if ok || !again && !time.Now().Before(landBy) {
+				found = ok
+				running = false
+				settle.Unlock()
+				return
+			}
+			d := time.Until(landBy)
+			if again {
+				again, d = false, 0
+			}
+			settle.Unlock()
 			time.Sleep(d)
-			c.cancelWait(name, o.requestID)
 		}
+	}
+	// gaveUp ends Acquire after the caller's context ended: whatever an
+	// attempt left on the node (a place in the queue, a grant) is taken
+	// back, and a new Acquire with the caller's own request id waits until
+	// the late answers that could still start a take-back are in.
+	gaveUp := func(err error) (*Lock, error) {
+		if ownID {
+			time.AfterFunc(c.cfg.AttemptTimeout+landGrace, c.holdRequestID(o.requestID))
+		}
+		go takeBack(time.Time{})
+		return nil, err
 	}
 	for {
 		wait := waitChunk
@@ -114,9 +150,10 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		// take it back (out of the queue, or the grant ends) instead of
 		// leaving a waiter or a grant nobody uses until its TTL. If not, the
 		// next attempt with the same request id finds it.
-		err := c.callAt(ctx, wait, func(ctx context.Context, ep *endpoint) error {
+		gone := func() bool { return ctx.Err() != nil }
+		err := c.callAt(ctx, wait, func(actx context.Context, ep *endpoint) error {
 			var err error
-			g, err = ep.acquire(ctx, req, takeBack)
+			g, err = ep.acquire(actx, req, gone, takeBack)
 			return err
 		})
 		if err == nil {
@@ -124,7 +161,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			returned = !taken
 			settle.Unlock()
 			if !returned {
-				return nil, fmt.Errorf("acquire %q: %w", name, context.Cause(ctx))
+				return gaveUp(fmt.Errorf("acquire %q: %w", name, context.Cause(ctx)))
 			}
 			if g == nil || g.Token == 0 {
 				return nil, fmt.Errorf("acquire %q: service returned no grant: %w", name, fencelock.ErrUnavailable)
@@ -141,6 +178,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 				}
 			}
 			return c.newLock(g, start, o.margin), nil
+		}
+		if ctx.Err() != nil {
+			return gaveUp(fmt.Errorf("acquire %q: %w", name, err))
 		}
 		if !errors.Is(err, fencelock.ErrLockHeld) || wait <= 0 {
 			return nil, fmt.Errorf("acquire %q: %w", name, err)
@@ -163,8 +203,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		// come. Take it back (at once if the caller is still here, so that
 		// it may ask again with the same request id).
 		if ctx.Err() != nil {
-			go takeBack(time.Time{})
-			return nil, fmt.Errorf("acquire %q: %w (last answer: %w)", name, context.Cause(ctx), err)
+			return gaveUp(fmt.Errorf("acquire %q: %w (last answer: %w)", name, context.Cause(ctx), err))
 		}
 		c.cancelWait(name, o.requestID)
 		return nil, fmt.Errorf("acquire %q: %w", name, err)
@@ -349,28 +388,52 @@ func Do(ctx context.Context, c *Client, name string, fn func(ctx context.Context
 	return fn(fctx, l.token)
 }
 
-// takingBack records that request rid of a caller that gave up is being
-// taken back; done ends that. A new Acquire with the same request id (a
-// caller's retry with WithRequestID) waits for it, or the take-back could
-// end the grant the retry gets.
-func (c *Client) takingBack(rid string) (done func()) {
-	ch := make(chan struct{})
-	c.takeBacks.Store(rid, ch)
+// holdRequestID marks request rid of a caller that gave up as possibly
+// being taken back, until done is called. A new Acquire with the same
+// request id (a caller asking again with WithRequestID) waits until no mark
+// is left, or a take-back could end the grant it gets.
+func (c *Client) holdRequestID(rid string) (done func()) {
+	c.heldMu.Lock()
+	defer c.heldMu.Unlock()
+	h := c.heldIDs[rid]
+	if h == nil {
+		h = &heldID{free: make(chan struct{})}
+		if c.heldIDs == nil {
+			c.heldIDs = make(map[string]*heldID)
+		}
+		c.heldIDs[rid] = h
+	}
+	h.n++
+	var once sync.Once
 	return func() {
-		c.takeBacks.CompareAndDelete(rid, ch)
-		close(ch)
+		once.Do(func() {
+			c.heldMu.Lock()
+			defer c.heldMu.Unlock()
+			if h.n--; h.n == 0 {
+				delete(c.heldIDs, rid)
+				close(h.free)
+			}
+		})
 	}
 }
 
-// awaitTakeBack waits until no take-back of request rid is under way.
+// heldID counts the marks on one request id.
+type heldID struct {
+	n    int
+	free chan struct{} // closed when n drops to 0
+}
+
+// awaitTakeBack waits until request rid has no mark.
 func (c *Client) awaitTakeBack(ctx context.Context, rid string) error {
 	for {
-		v, ok := c.takeBacks.Load(rid)
-		if !ok {
+		c.heldMu.Lock()
+		h := c.heldIDs[rid]
+		c.heldMu.Unlock()
+		if h == nil {
 			return nil
 		}
 		select {
-		case <-v.(chan struct{}):
+		case <-h.free:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -63,20 +63,22 @@ func (p *pipe) roundTrip(ctx context.Context, req *fencelockv1.BatchRequest, lat
 	if late != nil {
 		lateAll = func(resp *fencelockv1.PipeResponse, err error) { late(resp.GetBatch(), err) }
 	}
-	resp, err := p.exchange(ctx, &fencelockv1.PipeRequest{Batch: req}, p.stall, lateAll)
+	resp, err := p.exchange(ctx, &fencelockv1.PipeRequest{Batch: req}, p.stall, nil, lateAll)
 	return resp.GetBatch(), err
 }
 
 // acquire sends an Acquire that may wait in the queue and returns its
-// answer. If ctx ends first, the node is told to stop waiting, and late (if
-// set) gets the answer that follows. errNoPipe means: send it with Connect.
-func (p *pipe) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, late func(*fencelockv1.AcquireResponse, error)) (*fencelockv1.AcquireResponse, error) {
+// answer. If ctx ends first and the caller is gone (not just this attempt:
+// a retry with the same request id will take the request over), the node is
+// told to stop waiting; late (if set) gets the answer that follows.
+// errNoPipe means: send it with Connect.
+func (p *pipe) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, gone func() bool, late func(*fencelockv1.AcquireResponse, error)) (*fencelockv1.AcquireResponse, error) {
 	var lateAll func(*fencelockv1.PipeResponse, error)
 	if late != nil {
 		lateAll = func(resp *fencelockv1.PipeResponse, err error) { late(resp.GetAcquire(), err) }
 	}
 	// No stall check: a wait may rightly go without an answer for long.
-	resp, err := p.exchange(ctx, &fencelockv1.PipeRequest{Acquire: req}, 0, lateAll)
+	resp, err := p.exchange(ctx, &fencelockv1.PipeRequest{Acquire: req}, 0, gone, lateAll)
 	if err == nil && resp.GetAcquire() == nil {
 		err = fmt.Errorf("acquire answered without a grant: %w", fencelock.ErrUnavailable)
 	}
@@ -85,7 +87,7 @@ func (p *pipe) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, lat
 
 // exchange sends m on the pipe and returns its answer (see
 // pipeConn.exchange).
-func (p *pipe) exchange(ctx context.Context, m *fencelockv1.PipeRequest, stall time.Duration, late func(*fencelockv1.PipeResponse, error)) (*fencelockv1.PipeResponse, error) {
+func (p *pipe) exchange(ctx context.Context, m *fencelockv1.PipeRequest, stall time.Duration, gone func() bool, late func(*fencelockv1.PipeResponse, error)) (*fencelockv1.PipeResponse, error) {
 	if at := p.offAt.Load(); at != 0 {
 		if time.Since(time.Unix(0, at)) < retryBatchAfter {
 			return nil, errNoPipe
@@ -96,7 +98,7 @@ func (p *pipe) exchange(ctx context.Context, m *fencelockv1.PipeRequest, stall t
 	if err != nil {
 		return nil, err
 	}
-	return c.exchange(ctx, m, stall, p.lateWait, late)
+	return c.exchange(ctx, m, stall, p.lateWait, gone, late)
 }
 
 // get returns the open connection, or opens one. One dial at a time: other
@@ -117,6 +119,9 @@ func (p *pipe) get(ctx context.Context) (*pipeConn, error) {
 			p.mu.Unlock()
 			select {
 			case <-wait:
+				if p.offAt.Load() != 0 {
+					return nil, errNoPipe // that dial found no pipe
+				}
 				continue
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -255,14 +260,15 @@ func (c *pipeConn) fail(cause error) {
 }
 
 // exchange sends m (with a new id) and waits for its answer or ctx's end.
-// If ctx ends first: an acquire's wait is cancelled on the node; and if
+// If ctx ends first: an acquire's wait is cancelled on the node if gone
+// says its caller gave up; and if
 // late is set, late gets the answer when it comes (or an error if none
 // comes within lateWait), since the caller that left may still need to
 // know what its request did. If stall > 0 and a request has been out that
 // long with nothing at all coming back since it went out, the connection is
 // taken to be dead (a paused node, a cut link) and closed, so that the next
 // call dials afresh instead of queueing behind it.
-func (c *pipeConn) exchange(ctx context.Context, m *fencelockv1.PipeRequest, stall, lateWait time.Duration, late func(*fencelockv1.PipeResponse, error)) (*fencelockv1.PipeResponse, error) {
+func (c *pipeConn) exchange(ctx context.Context, m *fencelockv1.PipeRequest, stall, lateWait time.Duration, gone func() bool, late func(*fencelockv1.PipeResponse, error)) (*fencelockv1.PipeResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // the caller left: send nothing
 	}
@@ -291,9 +297,10 @@ func (c *pipeConn) exchange(ctx context.Context, m *fencelockv1.PipeRequest, sta
 		return c.answer(resp, ok)
 	case <-ctx.Done():
 	}
-	if m.Acquire != nil {
-		// Best effort: if the pipe is broken, the node ends the wait itself.
-		_ = c.w.Send(&fencelockv1.PipeRequest{Cancel: id})
+	if m.Acquire != nil && gone != nil && gone() {
+		// Best effort, and not holding up the caller: if the pipe is
+		// broken, the node ends the wait itself.
+		go func() { _ = c.w.Send(&fencelockv1.PipeRequest{Cancel: id}) }()
 	}
 	if stall > 0 && time.Since(sent) >= stall && c.received.Load() == seen {
 		c.fail(fmt.Errorf("no answer for %v", time.Since(sent).Round(time.Millisecond)))

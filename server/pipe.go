@@ -39,6 +39,10 @@ const (
 	pipeWriteTimeout = 10 * time.Second
 )
 
+// errPipeClosed is why a wait on a pipe ends when the pipe closes under it:
+// the connection broke, not the caller (who sends a cancel frame).
+var errPipeClosed = errors.New("pipe closed")
+
 // servePipe upgrades the request's connection to a pipe and serves it until
 // the client closes it or the node stops.
 func (s *Server) servePipe(w http.ResponseWriter, r *http.Request) {
@@ -64,8 +68,16 @@ func (s *Server) servePipe(w http.ResponseWriter, r *http.Request) {
 	defer stop()
 	s.metrics.pipes.Inc()
 	defer s.metrics.pipes.Dec()
-	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel() // waits on a closed pipe end, as a Connect call's would
+	// Waits end when the pipe closes, with errPipeClosed as the cause (a
+	// wait that keeps its place then keeps it for the client's retry); when
+	// the node stops, they end as every wait does (not_leader), and keep
+	// their place for the next leader.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer func() {
+		if s.ctx.Err() == nil {
+			cancel(errPipeClosed)
+		}
+	}()
 	p := &pipe{s: s, ctx: ctx, conn: conn, w: wire.NewFrameWriter(brw.Writer), waits: map[uint64]context.CancelFunc{}}
 	err = p.serve(brw.Reader)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && s.ctx.Err() == nil {
@@ -91,7 +103,16 @@ func (p *pipe) serve(br *bufio.Reader) error {
 	var frame wire.Frame
 	for {
 		req := new(fencelockv1.PipeRequest)
-		_ = p.conn.SetReadDeadline(time.Now().Add(pipeIdle))
+		// Idle only counts while nothing waits: a wait may rightly last
+		// long with no frame.
+		p.mu.Lock()
+		idle := len(p.waits) == 0
+		p.mu.Unlock()
+		if idle {
+			_ = p.conn.SetReadDeadline(time.Now().Add(pipeIdle))
+		} else {
+			_ = p.conn.SetReadDeadline(time.Time{})
+		}
 		if err := frame.Read(br, req, maxMessageBytes); err != nil {
 			return err
 		}

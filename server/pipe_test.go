@@ -207,3 +207,53 @@ func TestPipe_AcquireWaitsAndCancels(t *testing.T) {
 		t.Fatalf("w is %+v (%v); want held by request 1's grant, nobody waiting (the cancelled request left)", li, err)
 	}
 }
+
+// TestPipe_BrokenPipeKeepsAWaitersPlace: when a pipe breaks under a wait
+// that keeps its place (the client's), the request stays in the queue for
+// the client's retry on a new pipe, which gets the grant; a wait whose
+// caller cancels leaves (TestPipe_AcquireWaitsAndCancels).
+func TestPipe_BrokenPipeKeepsAWaitersPlace(t *testing.T) {
+	srv := testproc.StartServer(t)
+	ctx := ctxFor(t, 30*time.Second)
+	holder := rawAcquire(t, srv.Addr, "kept", "holder", time.Minute)
+	m := acquireItem("kept", "r1", time.Minute).GetAcquire()
+	m.KeepPlace = true
+	conn, _ := openPipe(t, srv.Addr)
+	if err := wire.NewFrameWriter(bufio.NewWriter(conn)).Send(&fencelockv1.PipeRequest{Id: 1, Acquire: m}); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, srv.Addr)
+	waiters := func() int {
+		li, err := c.Describe(ctx, "kept")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(li.Waiters)
+	}
+	waitFor(t, func() bool { return waiters() == 1 })
+	conn.Close()
+	time.Sleep(500 * time.Millisecond)
+	if n := waiters(); n != 1 {
+		t.Fatalf("after the pipe broke, %d waiters; want the request still queued for the retry", n)
+	}
+	conn2, br2 := openPipe(t, srv.Addr)
+	if err := wire.NewFrameWriter(bufio.NewWriter(conn2)).Send(&fencelockv1.PipeRequest{Id: 1, Acquire: m}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the retry is waiting
+	if n := waiters(); n != 1 {
+		t.Fatalf("the retry on a new pipe made %d waiters, want the same one", n)
+	}
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
+	if _, err := rpc.Release(ctx, connect.NewRequest(&fencelockv1.ReleaseRequest{Name: "kept", LeaseId: holder.LeaseId, Token: holder.Token})); err != nil {
+		t.Fatal(wire.FromConnect(err))
+	}
+	var frame wire.Frame
+	resp := new(fencelockv1.PipeResponse)
+	if err := frame.Read(br2, resp, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if g := resp.GetAcquire().GetGrant(); g.GetName() != "kept" || g.GetToken() <= holder.Token {
+		t.Fatalf("the retry got %v, want the grant of kept", resp)
+	}
+}

@@ -112,6 +112,12 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 			return fencelock.Grant{}, s.keepPlace(req.Name, req.RequestID)
 		}
 	case <-ctx.Done():
+		if req.KeepPlace && errors.Is(context.Cause(ctx), errPipeClosed) {
+			// The pipe broke, not the caller: keep the place (and a grant
+			// made just now) for the client's retry with the same request
+			// id, as when a call's time runs out.
+			return fencelock.Grant{}, s.keepPlace(req.Name, req.RequestID)
+		}
 	}
 	// Gave up. A grant that arrived meanwhile is still ours if the caller is.
 	select {
