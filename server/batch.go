@@ -94,6 +94,12 @@ func (a *api) runBatch(items []*fencelockv1.BatchItem, out []*fencelockv1.BatchR
 				out[i] = fail("Acquire", fmt.Errorf("an acquire that may wait needs a request_id in a batch: %w", fencelock.ErrInvalidArgument))
 				continue
 			}
+			if r.RequestID != "" {
+				if err := s.waiters.arrived(r.Name, r.RequestID); err != nil {
+					out[i] = fail("Acquire", askAgain(r.Name, err))
+					continue
+				}
+			}
 			r.Wait = min(r.Wait, s.cfg.MaxWait)
 			acquires[i] = r
 			proposals[i] = s.propose(acquireCommand(r))

@@ -78,9 +78,17 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		req.RequestID = string(fencelock.NewLeaseID()) // a waiter must be addressable
 	}
 	var ch chan waitEvent
+	var seq uint64
 	if req.Wait > 0 && !req.ReturnQueued {
-		ch = s.waiters.add(req.Name, req.RequestID)
+		var err error
+		if ch, seq, err = s.waiters.add(req.Name, req.RequestID); err != nil {
+			return fencelock.Grant{}, askAgain(req.Name, err)
+		}
 		defer s.waiters.remove(req.Name, req.RequestID, ch)
+	} else if req.RequestID != "" {
+		if err := s.waiters.arrived(req.Name, req.RequestID); err != nil {
+			return fencelock.Grant{}, askAgain(req.Name, err)
+		}
 	}
 	var res fsm.Result
 	if ch != nil && s.Ready() && s.fsm.Queued(req.Name, req.RequestID) {
@@ -127,20 +135,28 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		}
 	default:
 	}
-	if ctx.Err() != nil && s.waiters.count(req.Name, req.RequestID) > 1 {
-		// The caller went away, but another call waits for the same
-		// request (its retry, on a new connection): the request is its
-		// now, place and grant.
-		return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, ctx.Err())
+	if !s.waiters.beginCancel(req.Name, req.RequestID, seq) {
+		// Another call came for the same request since this one began
+		// (its retry, on a new connection): the request is its now, place
+		// and grant.
+		if err := ctx.Err(); err != nil {
+			return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, err)
+		}
+		return fencelock.Grant{}, s.withExpiry(&fencelock.LockHeldError{Name: req.Name})
 	}
+	// Calls that come for the request until the cancel commits are told
+	// to ask again: one that waited could be handed a grant the cancel
+	// then ends.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
 	defer cancel()
 	_, err := s.Apply(cctx, fsm.Command{Op: fsm.OpCancelWait, Name: req.Name, RequestID: req.RequestID})
 	if err == nil && s.waiters.count(req.Name, req.RequestID) > 1 {
-		// A retry came for the request while it was being taken out:
-		// it must ask again, or it waits for a request that is gone.
+		// An older call still waits for the request (this one was its
+		// retry): it must ask again, or it waits for a request that is
+		// gone.
 		s.waiters.drop(req.Name, req.RequestID)
 	}
+	s.waiters.endCancel(req.Name, req.RequestID)
 	if err != nil {
 		if ctx.Err() == nil {
 			// Still queued, as far as we know: the client asks again with the
@@ -157,6 +173,13 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		held.Holder, held.Token = l.Holder.Holder, l.Holder.Token
 	}
 	return fencelock.Grant{}, s.withExpiry(held)
+}
+
+// askAgain answers a call that came for a request being taken out of the
+// queue: unavailable, so the client asks again, and then finds the request
+// id free.
+func askAgain(name fencelock.LockName, err error) error {
+	return fmt.Errorf("acquire %q: %v; ask again: %w", name, err, fencelock.ErrUnavailable)
 }
 
 func acquireCommand(req AcquireRequest) fsm.Command {

@@ -14,6 +14,14 @@ import (
 type waiters struct {
 	mu sync.Mutex
 	m  map[string][]chan waitEvent
+	// came counts, per request that a call waits for, the calls that came
+	// for it (waiting or not): a waiting call that gives up takes the
+	// request out of the queue only if no other call came for it since
+	// (that call, a retry, owns it now).
+	came map[string]uint64
+	// cancelling: requests a call that gave up is taking out of the
+	// queue; a call that comes for one meanwhile is told to ask again.
+	cancelling map[string]int
 }
 
 // waitEvent ends a wait: the grant, or why the call must stop waiting here.
@@ -32,16 +40,72 @@ var (
 	errDropped = errors.New("the queued request was dropped")
 )
 
-func newWaiters() *waiters { return &waiters{m: make(map[string][]chan waitEvent)} }
+func newWaiters() *waiters {
+	return &waiters{m: make(map[string][]chan waitEvent), came: make(map[string]uint64), cancelling: make(map[string]int)}
+}
 
-// add registers a channel that receives the end of request rid's wait.
-func (w *waiters) add(name fencelock.LockName, rid string) chan waitEvent {
+// errBeingCancelled: a call came for a request that a call that gave up is
+// taking out of the queue just then; it asks again (with the same request
+// id, which is then free).
+var errBeingCancelled = errors.New("the request is being taken out of the queue")
+
+// add registers a channel that receives the end of request rid's wait, and
+// returns the count of calls come for it so far (see mayCancel).
+// errBeingCancelled: the request is being taken out; nothing is registered.
+func (w *waiters) add(name fencelock.LockName, rid string) (chan waitEvent, uint64, error) {
 	ch := make(chan waitEvent, 1)
 	k := waiterKey(name, rid)
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancelling[k] > 0 {
+		return nil, 0, errBeingCancelled
+	}
 	w.m[k] = append(w.m[k], ch)
-	w.mu.Unlock()
-	return ch
+	w.came[k]++
+	return ch, w.came[k], nil
+}
+
+// arrived records a call (not waiting here) that came for request rid.
+// errBeingCancelled: the request is being taken out.
+func (w *waiters) arrived(name fencelock.LockName, rid string) error {
+	k := waiterKey(name, rid)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancelling[k] > 0 {
+		return errBeingCancelled
+	}
+	if len(w.m[k]) > 0 {
+		w.came[k]++
+	}
+	return nil
+}
+
+// beginCancel reports whether the waiting call that registered as the
+// seq-th call for request rid may take it out of the queue: no call came
+// for it since. If so, calls that come meanwhile are refused until
+// endCancel.
+func (w *waiters) beginCancel(name fencelock.LockName, rid string, seq uint64) bool {
+	k := waiterKey(name, rid)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.came[k] != seq {
+		return false
+	}
+	w.cancelling[k]++
+	return true
+}
+
+// endCancel ends what beginCancel began.
+func (w *waiters) endCancel(name fencelock.LockName, rid string) {
+	k := waiterKey(name, rid)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancelling[k]--; w.cancelling[k] <= 0 {
+		delete(w.cancelling, k)
+		if len(w.m[k]) == 0 {
+			delete(w.came, k)
+		}
+	}
 }
 
 func waiterKey(name fencelock.LockName, rid string) string { return string(name) + "\x00" + rid }
@@ -60,6 +124,9 @@ func (w *waiters) remove(name fencelock.LockName, rid string, ch chan waitEvent)
 	}
 	if len(chs) == 0 {
 		delete(w.m, k)
+		if w.cancelling[k] == 0 {
+			delete(w.came, k)
+		}
 	} else {
 		w.m[k] = chs
 	}
