@@ -163,8 +163,9 @@ func (p *pipe) open(ctx context.Context) (io.ReadWriteCloser, error) {
 	req.Header.Set("Upgrade", wire.PipeProtocol)
 	resp, err := p.rt.RoundTrip(req)
 	if err != nil {
-		if ctx.Err() != nil || dctx.Err() != nil || isNetErr(err) {
-			return nil, err // retryable: the node may be down or slow
+		if ctx.Err() != nil || dctx.Err() != nil || isNetErr(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			// The node may be down, restarting or slow: the call is retried.
+			return nil, fmt.Errorf("pipe: %w: %w", err, fencelock.ErrUnavailable)
 		}
 		// The transport cannot carry an upgrade (an HTTP/2-only
 		// transport, say): use Connect.
