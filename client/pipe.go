@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
@@ -288,6 +289,11 @@ func (c *pipeConn) exchange(ctx context.Context, m *fencelockv1.PipeRequest, sta
 	c.pending[id] = ch
 	c.mu.Unlock()
 	m.Id = id
+	if dl, ok := ctx.Deadline(); ok && m.Acquire != nil {
+		// As a Connect call would: the node stops waiting when this
+		// attempt is over, even if no cancel frame reaches it.
+		m.Timeout = durationpb.New(max(time.Until(dl), time.Millisecond))
+	}
 	seen, sent := c.received.Load(), time.Now()
 	if err := c.w.Send(m); err != nil {
 		c.fail(err)

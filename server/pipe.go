@@ -143,7 +143,13 @@ func (p *pipe) send(resp *fencelockv1.PipeResponse) {
 // wait runs an acquire request as the Acquire method would, in its own
 // goroutine, until it is answered, cancelled or the pipe closes.
 func (p *pipe) wait(req *fencelockv1.PipeRequest) {
-	ctx, cancel := context.WithCancel(p.ctx)
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if d := req.GetTimeout().AsDuration(); req.Timeout != nil && d > 0 {
+		ctx, cancel = context.WithTimeout(p.ctx, d)
+	} else {
+		ctx, cancel = context.WithCancel(p.ctx)
+	}
 	p.mu.Lock()
 	full := len(p.waits) >= maxPipeWaits
 	if !full {

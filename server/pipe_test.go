@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testproc"
@@ -255,5 +256,32 @@ func TestPipe_BrokenPipeKeepsAWaitersPlace(t *testing.T) {
 	}
 	if g := resp.GetAcquire().GetGrant(); g.GetName() != "kept" || g.GetToken() <= holder.Token {
 		t.Fatalf("the retry got %v, want the grant of kept", resp)
+	}
+}
+
+// TestPipe_AcquireTimeoutEndsTheWait: an acquire's timeout (the caller's
+// deadline) ends its wait on the node even if no cancel frame comes, and
+// the request leaves the queue, as a Connect call past its deadline does.
+func TestPipe_AcquireTimeoutEndsTheWait(t *testing.T) {
+	srv := testproc.StartServer(t)
+	ctx := ctxFor(t, 30*time.Second)
+	rawAcquire(t, srv.Addr, "timed", "holder", time.Minute)
+	conn, br := openPipe(t, srv.Addr)
+	m := acquireItem("timed", "r1", time.Minute).GetAcquire()
+	start := time.Now()
+	if err := wire.NewFrameWriter(bufio.NewWriter(conn)).Send(&fencelockv1.PipeRequest{Id: 1, Acquire: m, Timeout: durationpb.New(300 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	var frame wire.Frame
+	resp := new(fencelockv1.PipeResponse)
+	if err := frame.Read(br, resp, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Error == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("acquire with a 300 ms timeout and a 1 min wait answered %v after %v; want an error within the timeout", resp, time.Since(start))
+	}
+	li, err := newClient(t, srv.Addr).Describe(ctx, "timed")
+	if err != nil || len(li.Waiters) != 0 {
+		t.Fatalf("timed is %+v (%v); want no waiter left", li, err)
 	}
 }

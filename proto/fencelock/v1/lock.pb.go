@@ -490,7 +490,11 @@ type PipeRequest struct {
 	// cancel: the caller of acquire request `cancel` gave up; the node stops
 	// its wait as if a Connect call's client had gone (the request leaves
 	// the queue). Answered only through that request's own answer.
-	Cancel        uint64 `protobuf:"varint,4,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	Cancel uint64 `protobuf:"varint,4,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	// For acquire: how long the caller will wait for the answer at most (a
+	// Connect call's deadline); the node ends the request then as if its
+	// caller had gone. Absent: no limit but the request's own wait.
+	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -551,6 +555,13 @@ func (x *PipeRequest) GetCancel() uint64 {
 		return x.Cancel
 	}
 	return 0
+}
+
+func (x *PipeRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
 }
 
 type PipeResponse struct {
@@ -2057,12 +2068,13 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\v2\x18.fencelock.v1.BatchErrorH\x00R\x05error\x125\n" +
 	"\x06queued\x18\x05 \x01(\v2\x1b.fencelock.v1.AcquireQueuedH\x00R\x06queuedB\b\n" +
 	"\x06result\"\x0f\n" +
-	"\rAcquireQueued\"\x9f\x01\n" +
+	"\rAcquireQueued\"\xd4\x01\n" +
 	"\vPipeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x120\n" +
 	"\x05batch\x18\x02 \x01(\v2\x1a.fencelock.v1.BatchRequestR\x05batch\x126\n" +
 	"\aacquire\x18\x03 \x01(\v2\x1c.fencelock.v1.AcquireRequestR\aacquire\x12\x16\n" +
-	"\x06cancel\x18\x04 \x01(\x04R\x06cancel\"\xba\x01\n" +
+	"\x06cancel\x18\x04 \x01(\x04R\x06cancel\x123\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xba\x01\n" +
 	"\fPipeResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
 	"\x05batch\x18\x02 \x01(\v2\x1b.fencelock.v1.BatchResponseR\x05batch\x12.\n" +
@@ -2241,51 +2253,52 @@ var file_fencelock_v1_lock_proto_depIdxs = []int32{
 	6,  // 9: fencelock.v1.BatchResult.queued:type_name -> fencelock.v1.AcquireQueued
 	2,  // 10: fencelock.v1.PipeRequest.batch:type_name -> fencelock.v1.BatchRequest
 	10, // 11: fencelock.v1.PipeRequest.acquire:type_name -> fencelock.v1.AcquireRequest
-	4,  // 12: fencelock.v1.PipeResponse.batch:type_name -> fencelock.v1.BatchResponse
-	9,  // 13: fencelock.v1.PipeResponse.error:type_name -> fencelock.v1.BatchError
-	12, // 14: fencelock.v1.PipeResponse.acquire:type_name -> fencelock.v1.AcquireResponse
-	23, // 15: fencelock.v1.BatchError.detail:type_name -> fencelock.v1.ErrorDetail
-	33, // 16: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 17: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	33, // 18: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
-	11, // 19: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
-	33, // 20: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
-	33, // 21: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
-	34, // 22: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
-	33, // 23: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
-	18, // 24: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
-	19, // 25: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
-	19, // 26: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
-	34, // 27: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
-	33, // 28: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	24, // 29: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
-	10, // 30: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
-	13, // 31: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
-	15, // 32: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
-	17, // 33: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
-	21, // 34: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
-	2,  // 35: fencelock.v1.LockService.Batch:input_type -> fencelock.v1.BatchRequest
-	0,  // 36: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
-	25, // 37: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
-	27, // 38: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
-	29, // 39: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
-	31, // 40: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
-	12, // 41: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
-	14, // 42: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
-	16, // 43: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
-	20, // 44: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
-	22, // 45: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
-	4,  // 46: fencelock.v1.LockService.Batch:output_type -> fencelock.v1.BatchResponse
-	1,  // 47: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
-	26, // 48: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
-	28, // 49: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
-	30, // 50: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
-	32, // 51: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
-	41, // [41:52] is the sub-list for method output_type
-	30, // [30:41] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	33, // 12: fencelock.v1.PipeRequest.timeout:type_name -> google.protobuf.Duration
+	4,  // 13: fencelock.v1.PipeResponse.batch:type_name -> fencelock.v1.BatchResponse
+	9,  // 14: fencelock.v1.PipeResponse.error:type_name -> fencelock.v1.BatchError
+	12, // 15: fencelock.v1.PipeResponse.acquire:type_name -> fencelock.v1.AcquireResponse
+	23, // 16: fencelock.v1.BatchError.detail:type_name -> fencelock.v1.ErrorDetail
+	33, // 17: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 18: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	33, // 19: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
+	11, // 20: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
+	33, // 21: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
+	33, // 22: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
+	34, // 23: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
+	33, // 24: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
+	18, // 25: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
+	19, // 26: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
+	19, // 27: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
+	34, // 28: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
+	33, // 29: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	24, // 30: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
+	10, // 31: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
+	13, // 32: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
+	15, // 33: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
+	17, // 34: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
+	21, // 35: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
+	2,  // 36: fencelock.v1.LockService.Batch:input_type -> fencelock.v1.BatchRequest
+	0,  // 37: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
+	25, // 38: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
+	27, // 39: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
+	29, // 40: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
+	31, // 41: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
+	12, // 42: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
+	14, // 43: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
+	16, // 44: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
+	20, // 45: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
+	22, // 46: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
+	4,  // 47: fencelock.v1.LockService.Batch:output_type -> fencelock.v1.BatchResponse
+	1,  // 48: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
+	26, // 49: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
+	28, // 50: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
+	30, // 51: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
+	32, // 52: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
+	42, // [42:53] is the sub-list for method output_type
+	31, // [31:42] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_fencelock_v1_lock_proto_init() }
