@@ -76,7 +76,11 @@ func (s *Server) servePipe(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		if s.ctx.Err() == nil {
 			cancel(errPipeClosed)
+			return
 		}
+		// Stopping: Close ends the waits; one that started too late for
+		// that ends shortly after.
+		time.AfterFunc(time.Second, func() { cancel(errPipeClosed) })
 	}()
 	p := &pipe{s: s, ctx: ctx, conn: conn, w: wire.NewFrameWriter(brw.Writer), waits: map[uint64]context.CancelFunc{}}
 	err = p.serve(brw.Reader)
