@@ -37,11 +37,34 @@ var errNoBatch = errors.New("batch not supported by this node")
 
 const retryBatchAfter = time.Minute
 
+// offSwitch is a feature a node lacks (Batch, the pipe): off since a
+// refusal, and tried again retryBatchAfter later (the node may have been
+// upgraded meanwhile).
+type offSwitch struct {
+	at atomic.Int64 // when the node refused (unix ns); 0: on
+}
+
+// off reports whether the feature is off now.
+func (o *offSwitch) off() bool {
+	at := o.at.Load()
+	if at == 0 {
+		return false
+	}
+	if time.Since(time.Unix(0, at)) < retryBatchAfter {
+		return true
+	}
+	o.at.CompareAndSwap(at, 0) // try again
+	return false
+}
+
+// turnOff records a refusal.
+func (o *offSwitch) turnOff() { o.at.Store(time.Now().UnixNano()) }
+
 // batcher batches the calls of one endpoint.
 type batcher struct {
 	rpc     func(context.Context, *fencelockv1.BatchRequest) (*fencelockv1.BatchResponse, error)
 	timeout time.Duration // bounds one Batch request
-	offAt   atomic.Int64  // when the node answered Unimplemented (unix ns); 0: batching on
+	noBatch offSwitch     // the node answered Unimplemented
 
 	mu       sync.Mutex
 	queue    []*batchCall
@@ -132,11 +155,8 @@ var errNotSent = errors.New("not sent")
 // ctx ends first and late is set, late gets the call's outcome when it is
 // known (errNotSent if it was never sent).
 func (b *batcher) do(ctx context.Context, item *fencelockv1.BatchItem, late func(*fencelockv1.BatchResult, error)) (*fencelockv1.BatchResult, error) {
-	if at := b.offAt.Load(); at != 0 {
-		if time.Since(time.Unix(0, at)) < retryBatchAfter {
-			return nil, errNoBatch
-		}
-		b.offAt.CompareAndSwap(at, 0) // the node may have been upgraded: try again
+	if b.noBatch.off() {
+		return nil, errNoBatch
 	}
 	c := &batchCall{ctx: ctx, item: item, done: make(chan batchOutcome, 1)}
 	b.mu.Lock()
@@ -213,7 +233,7 @@ func (b *batcher) sendNow(ctx context.Context, calls []*batchCall) {
 	}
 	resp, err := b.rpc(ctx, req)
 	if errors.Is(err, errNoBatch) {
-		b.offAt.Store(time.Now().UnixNano())
+		b.noBatch.turnOff()
 	}
 	if err == nil && len(resp.GetResults()) != len(calls) {
 		err = fmt.Errorf("batch of %d calls answered with %d results: %w", len(calls), len(resp.GetResults()), fencelock.ErrUnavailable)

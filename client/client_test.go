@@ -287,17 +287,7 @@ func TestClient_ConcurrentCallsShareBatches(t *testing.T) {
 		}
 		seen[tok] = true
 	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var sum, count float64
-	for _, line := range strings.Split(string(body), "\n") {
-		fmt.Sscanf(line, "fencelock_batch_items_sum %g", &sum)
-		fmt.Sscanf(line, "fencelock_batch_items_count %g", &count)
-	}
+	count, sum := batchMetrics(t, addr)
 	// A call that finds nothing else out goes unary (at the start and the
 	// end); every other call is batched.
 	unary := tr.count("Acquire") + tr.count("Release")
@@ -385,10 +375,17 @@ func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
 // (or batch) as a request.
 func countingClient(t *testing.T, addr string, tr http.RoundTripper) *client.Client {
 	t.Helper()
+	return clientThrough(t, addr, tr, true)
+}
+
+// clientThrough is a client whose HTTP requests go through tr, with the
+// pipe off if noPipe.
+func clientThrough(t *testing.T, addr string, tr http.RoundTripper, noPipe bool) *client.Client {
+	t.Helper()
 	cfg := client.DefaultConfig(addr)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.HTTPClient = &http.Client{Transport: tr}
-	cfg.NoPipe = true
+	cfg.NoPipe = noPipe
 	c, err := client.NewFromConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -44,9 +44,9 @@ const (
 
 // pipe is the client's end of one node's pipe.
 type pipe struct {
-	url   string // the node's base URL, http://host:port
-	rt    http.RoundTripper
-	offAt atomic.Int64 // when the node refused the upgrade (unix ns); 0: on
+	url    string // the node's base URL, http://host:port
+	rt     http.RoundTripper
+	noPipe offSwitch // the node refused the upgrade
 	// lateWait bounds how long an answer is awaited for a caller that left;
 	// stall is when a connection with no answer counts as dead.
 	lateWait, stall time.Duration
@@ -89,11 +89,8 @@ func (p *pipe) acquire(ctx context.Context, req *fencelockv1.AcquireRequest, gon
 // exchange sends m on the pipe and returns its answer (see
 // pipeConn.exchange).
 func (p *pipe) exchange(ctx context.Context, m *fencelockv1.PipeRequest, stall time.Duration, gone func() bool, late func(*fencelockv1.PipeResponse, error)) (*fencelockv1.PipeResponse, error) {
-	if at := p.offAt.Load(); at != 0 {
-		if time.Since(time.Unix(0, at)) < retryBatchAfter {
-			return nil, errNoPipe
-		}
-		p.offAt.CompareAndSwap(at, 0) // the node may have been upgraded: try again
+	if p.noPipe.off() {
+		return nil, errNoPipe
 	}
 	c, err := p.get(ctx)
 	if err != nil {
@@ -120,7 +117,7 @@ func (p *pipe) get(ctx context.Context) (*pipeConn, error) {
 			p.mu.Unlock()
 			select {
 			case <-wait:
-				if p.offAt.Load() != 0 {
+				if p.noPipe.off() {
 					return nil, errNoPipe // that dial found no pipe
 				}
 				continue
@@ -170,14 +167,14 @@ func (p *pipe) open(ctx context.Context) (io.ReadWriteCloser, error) {
 		}
 		// The transport cannot carry an upgrade (an HTTP/2-only
 		// transport, say): use Connect.
-		p.offAt.Store(time.Now().UnixNano())
+		p.noPipe.turnOff()
 		return nil, errNoPipe
 	}
 	rwc, ok := resp.Body.(io.ReadWriteCloser)
 	if resp.StatusCode != http.StatusSwitchingProtocols || !ok {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		resp.Body.Close()
-		p.offAt.Store(time.Now().UnixNano())
+		p.noPipe.turnOff()
 		return nil, errNoPipe
 	}
 	return rwc, nil

@@ -28,15 +28,7 @@ func batchMetrics(t *testing.T, addr string) (batches, calls float64) {
 // tr.
 func pipeClient(t *testing.T, addr string, tr http.RoundTripper) *client.Client {
 	t.Helper()
-	cfg := client.DefaultConfig(addr)
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.HTTPClient = &http.Client{Transport: tr}
-	c, err := client.NewFromConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return clientThrough(t, addr, tr, false)
 }
 
 // TestClient_PipeCarriesTheCalls: with the pipe, one HTTP request (the
