@@ -334,6 +334,15 @@ func (f *FSM) Queued(name fencelock.LockName, rid string) bool {
 	return rid != "" && f.queued(name, rid)
 }
 
+// HeldByOther reports whether name is held by a grant of a request other
+// than rid: an acquire of rid would then queue (or find itself queued).
+func (f *FSM) HeldByOther(name fencelock.LockName, rid string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	l := f.locks[name]
+	return l != nil && l.Holder != nil && (rid == "" || l.Holder.RequestID != rid)
+}
+
 // Get returns a copy of the named lock's entry.
 func (f *FSM) Get(name fencelock.LockName) (Lock, bool) {
 	f.mu.RLock()

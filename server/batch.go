@@ -138,7 +138,7 @@ func (a *api) runBatch(items []*fencelockv1.BatchItem, out []*fencelockv1.BatchR
 	}
 
 	for i, p := range proposals {
-		if p.f == nil {
+		if p.none() {
 			continue
 		}
 		res, err := s.await(p)

@@ -24,6 +24,20 @@ import (
 type raftStore struct {
 	*raftlog.Store
 	stable *raftboltdb.BoltStore
+	// appended, if set, learns the entries of each append (one sync each).
+	appended func(entries int)
+}
+
+// StoreLog appends one entry and syncs.
+func (s *raftStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs appends logs and syncs once.
+func (s *raftStore) StoreLogs(logs []*raft.Log) error {
+	err := s.Store.StoreLogs(logs)
+	if err == nil && len(logs) > 0 && s.appended != nil {
+		s.appended(len(logs))
+	}
+	return err
 }
 
 var (

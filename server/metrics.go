@@ -26,6 +26,8 @@ type metrics struct {
 	batchItems prometheus.Histogram
 	// pipes is the number of open pipe connections.
 	pipes prometheus.Gauge
+	// appendEntries is the number of entries per log append (one sync each).
+	appendEntries prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -55,10 +57,13 @@ func newMetrics() *metrics {
 		Buckets: prometheus.ExponentialBuckets(1, 2, 11)})
 	m.pipes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fencelock_pipes_open", Help: "Open pipe connections (the Go client's framed transport for batches)."})
+	m.appendEntries = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "fencelock_log_append_entries", Help: "Raft entries written by one append to this node's log; each append is one sync, so the count is the number of syncs.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
 	// Both series exist from the start, so a scrape before any restore reads 0.
 	m.restores.WithLabelValues(restoreLocal)
 	m.restores.WithLabelValues(restoreLeader)
-	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores, m.batchItems, m.pipes,
+	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores, m.batchItems, m.pipes, m.appendEntries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

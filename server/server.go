@@ -29,6 +29,8 @@ type Server struct {
 	trans   *raft.NetworkTransport
 	leases  *leaseTable
 	waiters *waiters
+	// deferrals holds back the entries of acquires that will only queue.
+	deferrals *deferrals
 	// leaderCheck shares VerifyLeader rounds among concurrent renewals.
 	leaderCheck *leaderCheck
 	metrics     *metrics
@@ -54,6 +56,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, waiters: newWaiters(), metrics: newMetrics()}
+	s.deferrals = newDeferrals(s)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.leases = newLeaseTable(s.proposeExpire)
 	s.fsm = fsm.New(cfg.DedupeWindow, (*observer)(s))
@@ -68,6 +71,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.store = store
+	store.appended = func(n int) { s.metrics.appendEntries.Observe(float64(n)) }
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, raftLog)
 	if err != nil {
 		store.Close()
@@ -244,7 +248,7 @@ func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 		defer cancel()
 	}
 	done := make(chan error, 1)
-	go func() { done <- p.f.Error() }()
+	go func() { done <- p.future().Error() }() // p is read again only after done
 	select {
 	case err := <-done:
 		return s.outcome(p, err)
@@ -257,24 +261,49 @@ func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 // proposes all its entries before it awaits any, so they share appends and
 // syncs without a goroutine each.
 type proposal struct {
-	op    fsm.Op
-	f     raft.ApplyFuture
+	op fsm.Op
+	f  raft.ApplyFuture
+	// later, for an entry held back (deferrals), gets f once it is proposed.
+	later <-chan raft.ApplyFuture
 	start time.Time
 }
 
-// propose stamps cmd.Now and hands cmd to Raft without waiting for it.
+// none reports whether p is the zero proposal (nothing was proposed).
+func (p *proposal) none() bool { return p.f == nil && p.later == nil }
+
+// future is p's Raft future, once p has been handed to Raft.
+func (p *proposal) future() raft.ApplyFuture {
+	if p.f == nil {
+		p.f = <-p.later
+	}
+	return p.f
+}
+
+// propose hands cmd to Raft without waiting for it: at once, after any
+// entries held back; or, for an acquire that will only queue, with the next
+// entry (deferrals).
 func (s *Server) propose(cmd fsm.Command) proposal {
 	start := time.Now()
-	cmd.Now = start.UnixNano()
+	if cmd.Op == fsm.OpAcquire && cmd.Wait && s.Ready() && s.fsm.HeldByOther(cmd.Name, cmd.RequestID) {
+		return proposal{op: cmd.Op, later: s.deferrals.hold(cmd), start: start}
+	}
+	s.deferrals.flush()
+	return proposal{op: cmd.Op, f: s.proposeNow(cmd), start: start}
+}
+
+// proposeNow stamps cmd.Now and hands cmd to Raft.
+func (s *Server) proposeNow(cmd fsm.Command) raft.ApplyFuture {
+	cmd.Now = time.Now().UnixNano()
 	// The enqueue timeout matters when the leader loop is stuck (a disk
 	// that stalls in fsync): proposals then fail instead of piling up.
-	return proposal{op: cmd.Op, f: s.raft.Apply(cmd.Encode(), s.cfg.ApplyTimeout), start: start}
+	return s.raft.Apply(cmd.Encode(), s.cfg.ApplyTimeout)
 }
 
 // await waits until p's entry is applied, or Raft gives up on it (lost
 // leadership, shutdown); Apply's errors.
 func (s *Server) await(p proposal) (fsm.Result, error) {
-	return s.outcome(p, p.f.Error())
+	err := p.future().Error()
+	return s.outcome(p, err)
 }
 
 func (s *Server) outcome(p proposal, err error) (fsm.Result, error) {

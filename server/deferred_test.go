@@ -1,0 +1,198 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/internal/testproc"
+)
+
+// openInProcess starts a one-node server in this process and waits until
+// it leads.
+func openInProcess(t *testing.T) *Server {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.RaftAddr = testproc.FreeAddr(t)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type acquired struct {
+	g   fencelock.Grant
+	err error
+}
+
+// waitFor starts an Acquire of name by request rid that may wait a minute.
+func waitFor(s *Server, name fencelock.LockName, rid string) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		g, err := s.Acquire(ctx, AcquireRequest{Name: name, TTL: 10 * time.Second, Wait: time.Minute, RequestID: rid})
+		ch <- acquired{g, err}
+	}()
+	return ch
+}
+
+// TestDeferrals_QueuingAcquireRidesWithTheNextEntry: an acquire that can
+// only queue is held back until another entry is proposed, then goes ahead
+// of it, in the order such acquires came; what does not queue (a free lock,
+// the holder's own retry) is never held back.
+func TestDeferrals_QueuingAcquireRidesWithTheNextEntry(t *testing.T) {
+	s := openInProcess(t)
+	s.deferrals.window = time.Hour // only the next entry sends them
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	a, err := s.Acquire(ctx, AcquireRequest{Name: "l", TTL: 10 * time.Second, Wait: time.Minute, RequestID: "a"})
+	if err != nil {
+		t.Fatalf("acquire of a free lock: %v", err)
+	}
+	if n := s.deferrals.n.Load(); n != 0 {
+		t.Fatalf("an acquire of a free lock was held back (%d held)", n)
+	}
+	if again, err := s.Acquire(ctx, AcquireRequest{Name: "l", TTL: 10 * time.Second, Wait: time.Minute, RequestID: "a"}); err != nil || again.Token != a.Token {
+		t.Fatalf("the holder's retry = %+v, %v; want its grant (token %d) at once", again, err, a.Token)
+	}
+
+	b := waitFor(s, "l", "b")
+	eventually(t, "b's acquire held back", func() bool { return s.deferrals.n.Load() == 1 })
+	c := waitFor(s, "l", "c")
+	eventually(t, "c's acquire held back", func() bool { return s.deferrals.n.Load() == 2 })
+	if s.fsm.Queued("l", "b") || s.fsm.Queued("l", "c") {
+		t.Fatal("a held-back acquire was applied before any other entry")
+	}
+
+	// The release sends b's and c's entries first: b is granted by the
+	// release, and c still waits behind it.
+	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: "l", LeaseID: a.LeaseID, Token: a.Token})
+	if err != nil || res.Err != nil {
+		t.Fatalf("release: %v %v", err, res.Err)
+	}
+	select {
+	case got := <-b:
+		if got.err != nil || got.g.Token <= a.Token {
+			t.Fatalf("b = %+v, %v; want a grant above token %d", got.g, got.err, a.Token)
+		}
+	case <-c:
+		t.Fatal("c was granted before b, which came first")
+	case <-time.After(10 * time.Second):
+		t.Fatal("b not granted within 10s of the release")
+	}
+	if n := s.deferrals.n.Load(); n != 0 {
+		t.Fatalf("%d acquires still held back after the release", n)
+	}
+	if l, _ := s.fsm.Get("l"); len(l.Waiters) != 1 || l.Waiters[0].RequestID != "c" {
+		t.Fatalf("queue after the release = %+v, want c alone", l.Waiters)
+	}
+}
+
+// TestDeferrals_WindowEndsTheHold: with no other entry, a held-back acquire
+// is proposed when the window ends, and joins the queue.
+func TestDeferrals_WindowEndsTheHold(t *testing.T) {
+	s := openInProcess(t)
+	s.deferrals.window = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.Acquire(ctx, AcquireRequest{Name: "l", TTL: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	b := waitFor(s, "l", "b")
+	eventually(t, "b queued", func() bool { return s.fsm.Queued("l", "b") })
+	if n := s.deferrals.n.Load(); n != 0 {
+		t.Fatalf("%d acquires still held back after the window", n)
+	}
+	select {
+	case got := <-b:
+		t.Fatalf("b returned %+v, %v while the lock is held", got.g, got.err)
+	default:
+	}
+}
+
+// TestDeferrals_CallerThatLeavesWhileHeldBack: a caller whose context ends
+// while its entry is held back gets ErrUnavailable (the entry may still be
+// proposed), and the entry, once proposed, is ordered before the next one.
+func TestDeferrals_CallerThatLeavesWhileHeldBack(t *testing.T) {
+	s := openInProcess(t)
+	s.deferrals.window = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := s.Acquire(ctx, AcquireRequest{Name: "l", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, stop := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer stop()
+	_, err = s.Apply(short, acquireCommand(AcquireRequest{Name: "l", TTL: 10 * time.Second, Wait: time.Minute, RequestID: "b"}))
+	if !errors.Is(err, fencelock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("apply whose context ended while held back = %v; want ErrUnavailable and the deadline", err)
+	}
+	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: "l", LeaseID: a.LeaseID, Token: a.Token})
+	if err != nil || res.Err != nil {
+		t.Fatalf("release: %v %v", err, res.Err)
+	}
+	l, ok := s.fsm.Get("l")
+	if !ok || l.Holder == nil || l.Holder.RequestID != "b" {
+		t.Fatalf("lock after the release = %+v; want it granted to b, whose entry went first", l)
+	}
+}
+
+// TestMetrics_LogAppendsCountEveryEntry: fencelock_log_append_entries
+// counts each entry of the node's log once, and one observation per sync.
+func TestMetrics_LogAppendsCountEveryEntry(t *testing.T) {
+	s := openInProcess(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 5 {
+		g, err := s.Acquire(ctx, AcquireRequest{Name: "m", TTL: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: "m", LeaseID: g.LeaseID, Token: g.Token}); err != nil || res.Err != nil {
+			t.Fatalf("release: %v %v", err, res.Err)
+		}
+	}
+	families, err := s.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "fencelock_log_append_entries" {
+			continue
+		}
+		h := f.GetMetric()[0].GetHistogram()
+		if last := s.raft.LastIndex(); h.GetSampleSum() != float64(last) || h.GetSampleCount() == 0 || h.GetSampleCount() > last {
+			t.Fatalf("appends: %d holding %v entries; want 1..%d appends holding all %d entries of the log", h.GetSampleCount(), h.GetSampleSum(), last, last)
+		}
+		return
+	}
+	t.Fatal("no fencelock_log_append_entries metric")
+}
