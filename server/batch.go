@@ -30,13 +30,12 @@ func (a *api) Batch(ctx context.Context, req *connect.Request[fencelockv1.BatchR
 	return connect.NewResponse(resp), nil
 }
 
-// batch runs a Batch request's items; the Connect API and the pipe share it.
+// batch runs a Batch request's items (the Connect API).
 func (a *api) batch(ctx context.Context, items []*fencelockv1.BatchItem) (*fencelockv1.BatchResponse, error) {
-	if len(items) > MaxBatchItems {
-		return nil, fmt.Errorf("batch of %d items, more than %d: %w", len(items), MaxBatchItems, fencelock.ErrTooLarge)
+	r, err := a.startBatch(items)
+	if err != nil {
+		return nil, err
 	}
-	a.metrics.batchItems.Observe(float64(len(items)))
-	resp := &fencelockv1.BatchResponse{Results: make([]*fencelockv1.BatchResult, len(items))}
 	// Items ignore the request's cancellation (none waits: a queued Acquire
 	// returns at once), so each finishes when its entry commits or the node
 	// loses leadership. The request as a whole is bounded by ApplyTimeout,
@@ -44,117 +43,145 @@ func (a *api) batch(ctx context.Context, items []*fencelockv1.BatchItem) (*fence
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		a.runBatch(items, resp.Results)
+		r.finish()
 	}()
 	timer := time.NewTimer(a.cfg.ApplyTimeout)
 	defer timer.Stop()
 	select {
 	case <-done:
-		return resp, nil
+		return &fencelockv1.BatchResponse{Results: r.out}, nil
 	case <-timer.C:
-		return nil, fmt.Errorf("batch of %d items not done within %v: %w", len(items), a.cfg.ApplyTimeout, fencelock.ErrUnavailable)
+		return nil, r.timedOut()
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-// runBatch fills out[i] with item i's result. It proposes every item's Raft
-// entry before it waits for any (in the batch's order, with no goroutine
-// per item), checks leadership once for all the renewals meanwhile, and
-// then collects the entries' outcomes.
-func (a *api) runBatch(items []*fencelockv1.BatchItem, out []*fencelockv1.BatchResult) {
-	s := (*Server)(a)
-	fail := func(method string, err error) *fencelockv1.BatchResult {
-		a.count(method, err)
-		return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Error{Error: wire.ToBatchError(err)}}
+// batchRun is a Batch request under way: startBatch proposes its entries,
+// in the caller's goroutine (so that they reach Raft without a hand-off),
+// and finish collects their outcomes.
+type batchRun struct {
+	s     *Server
+	items []*fencelockv1.BatchItem
+	out   []*fencelockv1.BatchResult // out[i] is item i's result
+
+	proposals []proposal
+	acquires  []AcquireRequest
+	renews    []int
+	checked   chan error // the renewals' leadership check; nil if none
+}
+
+// startBatch validates the request and proposes every item's Raft entry
+// (in the batch's order, with no goroutine per item); it starts one
+// leadership check for all the renewals meanwhile.
+func (a *api) startBatch(items []*fencelockv1.BatchItem) (*batchRun, error) {
+	if len(items) > MaxBatchItems {
+		return nil, fmt.Errorf("batch of %d items, more than %d: %w", len(items), MaxBatchItems, fencelock.ErrTooLarge)
 	}
-	proposals := make([]proposal, len(items))
-	acquires := make([]AcquireRequest, len(items))
-	var renews []int
+	a.metrics.batchItems.Observe(float64(len(items)))
+	s := (*Server)(a)
+	r := &batchRun{s: s, items: items, out: make([]*fencelockv1.BatchResult, len(items)),
+		proposals: make([]proposal, len(items)), acquires: make([]AcquireRequest, len(items))}
+	out := r.out
 	// One leadership check for all the renewals, started at once (every
 	// renewal has arrived, so its answer proves leadership after each of
 	// them; see leaderCheck), not behind the proposals.
-	var checked chan error
 	for _, it := range items {
 		if it.GetRenew() != nil {
-			checked = make(chan error, 1)
-			go func() { checked <- s.leaderCheck.check(context.Background()) }()
+			r.checked = make(chan error, 1)
+			go func() { r.checked <- s.leaderCheck.check(context.Background()) }()
 			break
 		}
 	}
 	for i, it := range items {
 		switch op := it.GetOp().(type) {
 		case *fencelockv1.BatchItem_Acquire:
-			r := acquireRequest(op.Acquire)
-			if err := s.validate(r); err != nil {
-				out[i] = fail("Acquire", err)
+			req := acquireRequest(op.Acquire)
+			if err := s.validate(req); err != nil {
+				out[i] = r.fail("Acquire", err)
 				continue
 			}
-			if r.Wait > 0 && r.RequestID == "" {
-				out[i] = fail("Acquire", fmt.Errorf("an acquire that may wait needs a request_id in a batch: %w", fencelock.ErrInvalidArgument))
+			if req.Wait > 0 && req.RequestID == "" {
+				out[i] = r.fail("Acquire", fmt.Errorf("an acquire that may wait needs a request_id in a batch: %w", fencelock.ErrInvalidArgument))
 				continue
 			}
-			if r.RequestID != "" {
-				if err := s.waiters.arrived(r.Name, r.RequestID); err != nil {
-					out[i] = fail("Acquire", askAgain(r.Name, err))
+			if req.RequestID != "" {
+				if err := s.waiters.arrived(req.Name, req.RequestID); err != nil {
+					out[i] = r.fail("Acquire", askAgain(req.Name, err))
 					continue
 				}
 			}
-			r.Wait = min(r.Wait, s.cfg.MaxWait)
-			acquires[i] = r
-			proposals[i] = s.propose(acquireCommand(r))
+			req.Wait = min(req.Wait, s.cfg.MaxWait)
+			r.acquires[i] = req
+			r.proposals[i] = s.propose(acquireCommand(req))
 		case *fencelockv1.BatchItem_Renew:
 			m := op.Renew
 			if err := validateGrantRef(fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {
-				out[i] = fail("Renew", err)
+				out[i] = r.fail("Renew", err)
 				continue
 			}
-			renews = append(renews, i)
+			r.renews = append(r.renews, i)
 		case *fencelockv1.BatchItem_Release:
 			m := op.Release
 			name, id, token := fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)
 			if err := validateGrantRef(name, id, token); err != nil {
-				out[i] = fail("Release", err)
+				out[i] = r.fail("Release", err)
 				continue
 			}
-			proposals[i] = s.propose(releaseCommand(name, id, token))
+			r.proposals[i] = s.propose(releaseCommand(name, id, token))
 		default:
-			out[i] = fail("Batch", fmt.Errorf("batch item %d has no operation: %w", i, fencelock.ErrInvalidArgument))
+			out[i] = r.fail("Batch", fmt.Errorf("batch item %d has no operation: %w", i, fencelock.ErrInvalidArgument))
 		}
 	}
+	return r, nil
+}
 
-	if checked != nil {
+func (r *batchRun) fail(method string, err error) *fencelockv1.BatchResult {
+	(*api)(r.s).count(method, err)
+	return &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Error{Error: wire.ToBatchError(err)}}
+}
+
+// timedOut is the error of a batch not done within ApplyTimeout.
+func (r *batchRun) timedOut() error {
+	return fmt.Errorf("batch of %d items not done within %v: %w", len(r.items), r.s.cfg.ApplyTimeout, fencelock.ErrUnavailable)
+}
+
+// finish answers the renewals and waits for every proposed entry, filling
+// r.out.
+func (r *batchRun) finish() {
+	s, out := r.s, r.out
+	if r.checked != nil {
 		ctx := context.Background()
-		checkErr := <-checked
-		for _, i := range renews {
-			m := items[i].GetRenew()
+		checkErr := <-r.checked
+		for _, i := range r.renews {
+			m := r.items[i].GetRenew()
 			ttl, err := s.renewChecked(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token), checkErr)
 			if err != nil {
-				out[i] = fail("Renew", err)
+				out[i] = r.fail("Renew", err)
 				continue
 			}
 			out[i] = &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Renew{Renew: &fencelockv1.RenewResponse{Ttl: durationpb.New(ttl)}}}
 		}
 	}
 
-	for i, p := range proposals {
+	for i, p := range r.proposals {
 		if p.none() {
 			continue
 		}
 		res, err := s.await(p)
 		switch p.op {
 		case fsm.OpAcquire:
-			r := acquires[i]
+			req := r.acquires[i]
 			var g fencelock.Grant
 			if err == nil {
-				g, err = s.acquireOutcome(r, res)
+				g, err = s.acquireOutcome(req, res)
 			}
 			switch {
 			case errors.Is(err, errQueued):
-				s.expectClaim(r.Name, r.RequestID)
+				s.expectClaim(req.Name, req.RequestID)
 				out[i] = &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Queued{Queued: &fencelockv1.AcquireQueued{}}}
 			case err != nil:
-				out[i] = fail("Acquire", err)
+				out[i] = r.fail("Acquire", err)
 			default:
 				out[i] = &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Acquire{Acquire: acquireResponse(g)}}
 			}
@@ -163,7 +190,7 @@ func (a *api) runBatch(items []*fencelockv1.BatchItem, out []*fencelockv1.BatchR
 				err = s.releaseOutcome(res)
 			}
 			if err != nil {
-				out[i] = fail("Release", err)
+				out[i] = r.fail("Release", err)
 				continue
 			}
 			out[i] = &fencelockv1.BatchResult{Result: &fencelockv1.BatchResult_Release{Release: &fencelockv1.ReleaseResponse{}}}

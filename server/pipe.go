@@ -127,9 +127,12 @@ func (p *pipe) serve(br *bufio.Reader) error {
 			p.wait(req)
 		default:
 			sem <- struct{}{}
+			// The entries are proposed here, before the next frame is read:
+			// they reach Raft without a hand-off to another goroutine.
+			r, err := (*api)(p.s).startBatch(req.GetBatch().GetItems())
 			go func() {
 				defer func() { <-sem }()
-				p.send(p.run(req))
+				p.finish(req.Id, r, err)
 			}()
 		}
 	}
@@ -194,18 +197,27 @@ func (p *pipe) cancel(id uint64) {
 	}
 }
 
-// run runs one request as Batch would.
-func (p *pipe) run(req *fencelockv1.PipeRequest) *fencelockv1.PipeResponse {
-	a := (*api)(p.s)
-	resp, err := a.batch(p.s.ctx, req.GetBatch().GetItems())
-	if err != nil && p.s.ctx.Err() != nil {
-		// The node is stopping: the client asks another (a Connect call
-		// would see its connection break).
-		err = fmt.Errorf("node stopping: %w", fencelock.ErrUnavailable)
+// finish answers batch request id (started as r, or refused with err)
+// once its entries are applied; a batch not done within ApplyTimeout, or
+// when the node stops, is answered unavailable instead, as a Connect Batch
+// call would be (the client asks again or another node). The bounds are
+// timers, not another goroutine between the entries and the answer.
+func (p *pipe) finish(id uint64, r *batchRun, err error) {
+	var once sync.Once
+	fail := func(err error) {
+		once.Do(func() {
+			(*api)(p.s).count("Batch", err)
+			p.send(&fencelockv1.PipeResponse{Id: id, Error: wire.ToBatchError(err)})
+		})
 	}
 	if err != nil {
-		a.count("Batch", err)
-		return &fencelockv1.PipeResponse{Id: req.Id, Error: wire.ToBatchError(err)}
+		fail(err)
+		return
 	}
-	return &fencelockv1.PipeResponse{Id: req.Id, Batch: resp}
+	timer := time.AfterFunc(p.s.cfg.ApplyTimeout, func() { fail(r.timedOut()) })
+	defer timer.Stop()
+	stop := context.AfterFunc(p.s.ctx, func() { fail(fmt.Errorf("node stopping: %w", fencelock.ErrUnavailable)) })
+	defer stop()
+	r.finish()
+	once.Do(func() { p.send(&fencelockv1.PipeResponse{Id: id, Batch: &fencelockv1.BatchResponse{Results: r.out}}) })
 }
