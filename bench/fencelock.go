@@ -184,6 +184,12 @@ func (f *Fencelock) Renewals(ctx context.Context) (int64, error) {
 	return scrapeCounter(ctx, f.addrs, "fencelock_renewals_total")
 }
 
+// Syncs sums the nodes' log appends, one sync each
+// (fencelock_log_append_entries_count).
+func (f *Fencelock) Syncs(ctx context.Context) (int64, error) {
+	return scrapeCounter(ctx, f.addrs, "fencelock_log_append_entries_count")
+}
+
 func (f *Fencelock) Name() string { return f.name }
 func (f *Fencelock) Close() error { return f.c.Close() }
 

@@ -130,6 +130,13 @@ func tokens(r Result) string {
 	}
 }
 
+func syncsPerPair(r Result) string {
+	if r.Syncs < 0 || r.Pairs == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", float64(r.Syncs)/float64(r.Pairs))
+}
+
 func cpu(c float64) string {
 	if c < 0 {
 		return "?"
@@ -193,9 +200,10 @@ func (rp *Report) WriteMarkdown(w io.Writer) error {
 	p("\n## Detail\n\n")
 	p("Acquire latency is from the call to the grant, so in one-lock cells it includes the wait in line. ")
 	p("Fairness is max/min grants per client (one-lock cells). Tokens: every grant's token was above the previous grant's on the same lock, and no grant overlapped another. ")
-	p("CPU is cores used on average: gen = the load generator (this process, all clients), server = the service's process.\n\n")
-	p("| cell | system | pairs/s | runs | acquire p50 | acquire p99 | fairness (max/min) | tokens | errors | gen CPU | server CPU |\n")
-	p("|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|\n")
+	p("CPU is cores used on average: gen = the load generator (this process, all clients), server = the service's process. ")
+	p("Syncs/pair: the service's log syncs (disk flushes, every node) per acquire+release pair, where the service counts them.\n\n")
+	p("| cell | system | pairs/s | runs | acquire p50 | acquire p99 | fairness (max/min) | tokens | errors | gen CPU | server CPU | syncs/pair |\n")
+	p("|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---:|\n")
 	for _, c := range rp.cells() {
 		for _, t := range rp.Targets {
 			r, ok := rp.find(t, c)
@@ -214,8 +222,8 @@ func (rp *Report) WriteMarkdown(w io.Writer) error {
 				}
 				runs = strings.Join(rs, ", ")
 			}
-			p("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, t, r.PairsPerSec(), runs, ms(r.P50), ms(r.P99),
-				fairness(r), tokens(r), errs, cpu(r.GenCPU), cpu(r.ServerCPU))
+			p("| %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c, t, r.PairsPerSec(), runs, ms(r.P50), ms(r.P99),
+				fairness(r), tokens(r), errs, cpu(r.GenCPU), cpu(r.ServerCPU), syncsPerPair(r))
 		}
 	}
 	if len(rp.Holds) > 0 {

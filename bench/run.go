@@ -53,6 +53,9 @@ type Result struct {
 	// by this process (the load generator) and by the server process (-1
 	// when its pid is unknown).
 	GenCPU, ServerCPU float64
+	// Syncs is the number of log syncs on the service's nodes during the
+	// cell (SyncCounter targets), -1 when unknown.
+	Syncs int64
 	// Runs are the pairs/s of every measured run of this cell and target,
 	// in order, when the result is the median of several.
 	Runs []float64
@@ -135,7 +138,7 @@ func (l *lockLog) exit() { l.holders.Add(-1) }
 // service's processes (every node), for the server CPU figure; none or 0
 // if unknown.
 func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix string, serverPIDs ...int) (Result, error) {
-	res := Result{Target: t.Name(), Cell: cell, ServerCPU: -1}
+	res := Result{Target: t.Name(), Cell: cell, ServerCPU: -1, Syncs: -1}
 	lockers := make([]Locker, cell.Clients)
 	defer func() {
 		for _, l := range lockers {
@@ -167,6 +170,7 @@ func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix s
 	errs := make([]int, cell.Clients)
 	firstErr := make([]error, cell.Clients)
 
+	syncs0 := countSyncs(ctx, t)
 	cpu0, srv0 := selfCPU(), procsCPU(serverPIDs)
 	start := time.Now()
 	deadline := start.Add(d)
@@ -189,8 +193,12 @@ func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix s
 				t0 := time.Now()
 				tok, err := l.Acquire(actx, names[w])
 				if err != nil {
-					if actx.Err() != nil {
-						return // the cell is over; a cancelled wait is not an error
+					if actx.Err() != nil || !time.Now().Before(deadline) {
+						// The cell is over; a cancelled wait is not an error,
+						// nor a wait that ran out with the cell (a client may
+						// bound its wait by the context's deadline and answer
+						// "held" a moment before the context says it is done).
+						return
 					}
 					fail(fmt.Errorf("acquire: %w", err))
 					continue
@@ -215,6 +223,11 @@ func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix s
 	if srv0 >= 0 {
 		if srv1 := procsCPU(serverPIDs); srv1 >= 0 {
 			res.ServerCPU = (srv1 - srv0).Seconds() / res.Elapsed.Seconds()
+		}
+	}
+	if syncs0 >= 0 {
+		if syncs1 := countSyncs(ctx, t); syncs1 >= 0 {
+			res.Syncs = syncs1 - syncs0
 		}
 	}
 
@@ -299,4 +312,18 @@ func procCPU(pid int) time.Duration {
 		return -1
 	}
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// countSyncs returns t's log syncs so far, or -1 if t does not count them
+// (or the count cannot be read).
+func countSyncs(ctx context.Context, t Target) int64 {
+	sc, ok := t.(SyncCounter)
+	if !ok {
+		return -1
+	}
+	n, err := sc.Syncs(ctx)
+	if err != nil {
+		return -1
+	}
+	return n
 }

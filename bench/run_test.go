@@ -132,3 +132,39 @@ func TestMedian(t *testing.T) {
 		t.Fatalf("Median of two runs = %d pairs, want the lower one", m.Pairs)
 	}
 }
+
+// syncingTarget is memTarget that counts two syncs per grant, as a service
+// that syncs each acquire and each release would.
+type syncingTarget struct{ *memTarget }
+
+func (s syncingTarget) Syncs(context.Context) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return 2 * int64(s.next), nil
+}
+
+func TestRunCell_CountsSyncsPerPair(t *testing.T) {
+	target := syncingTarget{&memTarget{held: map[string]bool{}}}
+	r, err := RunCell(context.Background(), target, Cell{Clients: 4}, 50*time.Millisecond, "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Pairs == 0 || r.Syncs != 2*int64(r.Pairs) {
+		t.Fatalf("%d pairs, %d syncs; want two syncs per pair", r.Pairs, r.Syncs)
+	}
+	rp := &Report{Targets: []string{"mem"}, Results: []Result{r}, PerCell: time.Second}
+	var b strings.Builder
+	if err := rp.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), " | 2.00 |\n") {
+		t.Errorf("markdown lacks syncs/pair 2.00:\n%s", b.String())
+	}
+	plain, err := RunCell(context.Background(), &memTarget{held: map[string]bool{}}, Cell{Clients: 1}, 20*time.Millisecond, "u", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Syncs != -1 {
+		t.Fatalf("a target that does not count syncs reported %d", plain.Syncs)
+	}
+}

@@ -25,3 +25,10 @@ type Locker interface {
 	// Close ends the locker's session, if it has one.
 	Close() error
 }
+
+// SyncCounter is a Target that counts the disk syncs of its servers' logs
+// (summed over its nodes) since they started; the report gives syncs per
+// pair for it.
+type SyncCounter interface {
+	Syncs(ctx context.Context) (int64, error)
+}
