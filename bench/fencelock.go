@@ -18,10 +18,11 @@ import (
 
 // Server is a "fencelock serve" process started by StartServers.
 type Server struct {
-	Addr string // API address, host:port
-	cmd  *exec.Cmd
-	done chan error
-	log  string
+	Addr   string // API address, host:port
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the process has exited; then err is set
+	err    error         // cmd.Wait's
+	log    string
 }
 
 // PID returns the server's process id.
@@ -31,8 +32,28 @@ func (s *Server) PID() int { return s.cmd.Process.Pid }
 // with its Raft log under dataDir/nI (fsync on, as shipped); n > 1 makes
 // them one cluster (--bootstrap). It waits until a node's GET /readyz
 // answers 200 (a ready leader), for at most 30 s. Each node's log goes to
-// dataDir/nI/serve.log.
+// dataDir/nI/serve.log. A node that exits before then (most often because
+// another process took a port between its choice and the node's bind) is
+// retried on fresh ports and data, up to three times in all.
 func StartServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, error) {
+	var err error
+	for range 3 {
+		var srvs []*Server
+		if srvs, err = startServers(ctx, bin, dataDir, n); !errors.Is(err, errExitedEarly) {
+			return srvs, err
+		}
+		fmt.Fprintf(os.Stderr, "fencelock: %v; trying again on other ports\n", err)
+		if rerr := os.RemoveAll(dataDir); rerr != nil {
+			return nil, rerr
+		}
+	}
+	return nil, err
+}
+
+// errExitedEarly: a node exited before any node was ready.
+var errExitedEarly = errors.New("fencelock serve exited before ready")
+
+func startServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, error) {
 	var apis, rafts, voters []string
 	for i := range n {
 		api, err := freePort()
@@ -75,9 +96,9 @@ func StartServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, e
 	for time.Now().Before(deadline) {
 		for _, s := range srvs {
 			select {
-			case err := <-s.done:
+			case <-s.exited:
 				stopAll()
-				return nil, fmt.Errorf("fencelock serve exited before ready (%v); see %s", err, s.log)
+				return nil, fmt.Errorf("%w (%v); see %s", errExitedEarly, s.err, s.log)
 			default:
 			}
 			resp, err := hc.Get("http://" + s.Addr + "/readyz")
@@ -110,8 +131,11 @@ func startServer(bin, api, logPath string, args []string) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start fencelock: %w", err)
 	}
-	s := &Server{Addr: api, cmd: cmd, done: make(chan error, 1), log: logPath}
-	go func() { s.done <- cmd.Wait() }()
+	s := &Server{Addr: api, cmd: cmd, exited: make(chan struct{}), log: logPath}
+	go func() {
+		s.err = cmd.Wait()
+		close(s.exited)
+	}()
 	return s, nil
 }
 
@@ -119,15 +143,15 @@ func startServer(bin, api, logPath string, args []string) (*Server, error) {
 func (s *Server) Stop() error {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-s.done:
+	case <-s.exited:
 		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return nil // a signal exit is expected
+		if errors.As(s.err, &ee) {
+			return nil // a signal exit (or an earlier failure) is expected
 		}
-		return err
+		return s.err
 	case <-time.After(10 * time.Second):
 		_ = s.cmd.Process.Kill()
-		<-s.done
+		<-s.exited
 		return errors.New("fencelock serve ignored SIGTERM for 10 s; killed")
 	}
 }

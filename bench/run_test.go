@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -166,5 +168,30 @@ func TestRunCell_CountsSyncsPerPair(t *testing.T) {
 	}
 	if plain.Syncs != -1 {
 		t.Fatalf("a target that does not count syncs reported %d", plain.Syncs)
+	}
+}
+
+// TestStartServers_NodeThatExitsIsReported: nodes that exit before they are
+// ready (here a binary that exits at once) end StartServers with an error
+// after its retries, instead of leaving it waiting.
+func TestStartServers_NodeThatExitsIsReported(t *testing.T) {
+	bin, err := exec.LookPath("false")
+	if err != nil {
+		t.Skip("no false(1) on this machine:", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := StartServers(ctx, bin, t.TempDir(), 3)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errExitedEarly) {
+			t.Fatalf("StartServers with nodes that exit = %v, want errExitedEarly", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("StartServers still waiting 20 s after its nodes exited")
 	}
 }
