@@ -359,3 +359,56 @@ func TestClient_WaiterThatGivesUpOnThePipeLeavesTheQueue(t *testing.T) {
 	}
 	next.Release(ctx)
 }
+
+// slowUpgrade delays the pipe's upgrade request, so that calls made
+// meanwhile find a dial under way.
+type slowUpgrade struct {
+	*countingTransport
+	delay time.Duration
+}
+
+func (s slowUpgrade) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/fencelock.v1.Pipe") {
+		time.Sleep(s.delay)
+	}
+	return s.countingTransport.RoundTrip(r)
+}
+
+// TestClient_CallsDuringTheDialShareIt: the first calls of a new client,
+// made at once while the pipe is being dialled, wait for that one dial
+// instead of each opening a connection (a lone call and up to four batches
+// go out at once), and none falls back to Connect.
+func TestClient_CallsDuringTheDialShareIt(t *testing.T) {
+	addr := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tr := slowUpgrade{&countingTransport{n: map[string]int{}}, 200 * time.Millisecond}
+	c := pipeClient(t, addr, tr)
+	const workers = 16
+	start := make(chan struct{})
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			l, err := c.Acquire(ctx, fmt.Sprintf("dial-%d", w))
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if p, b, a, r := tr.count("fencelock.v1.Pipe"), tr.count("Batch"), tr.count("Acquire"), tr.count("Release"); p != 1 || b+a+r != 0 {
+		t.Fatalf("HTTP requests: %d pipe upgrades, %d batches, %d acquires, %d releases; want one upgrade and nothing else", p, b, a, r)
+	}
+}
