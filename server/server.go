@@ -154,6 +154,7 @@ func (s *Server) Close() error {
 		s.cancel()
 		s.leases.deactivate()
 		s.waiters.failAll() // waiting acquires go to the next leader now
+		s.deferrals.flush() // held-back entries end as any entry in flight does
 		err = s.raft.Shutdown().Error()
 		s.wg.Wait()
 		err = errors.Join(err, s.trans.Close(), s.store.Close())
