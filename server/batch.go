@@ -38,8 +38,8 @@ func (a *api) batch(ctx context.Context, items []*fencelockv1.BatchItem) (*fence
 	}
 	// Items ignore the request's cancellation (none waits: a queued Acquire
 	// returns at once), so each finishes when its entry commits or the node
-	// loses leadership. The request as a whole is bounded by ApplyTimeout,
-	// like a unary call.
+	// loses leadership. Proposing is bounded by ApplyTimeout (startBatch),
+	// and so is waiting for the outcomes, like a unary call.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -83,6 +83,19 @@ func (a *api) startBatch(items []*fencelockv1.BatchItem) (*batchRun, error) {
 	r := &batchRun{s: s, items: items, out: make([]*fencelockv1.BatchResult, len(items)),
 		proposals: make([]proposal, len(items)), acquires: make([]AcquireRequest, len(items))}
 	out := r.out
+	// Proposing waits only while Raft's queue is full (a stalled disk):
+	// all of it within ApplyTimeout, and items left then are not proposed.
+	deadline := time.Now().Add(s.cfg.ApplyTimeout)
+	proposedNow := false
+	propose := func(i int, method string, cmd fsm.Command) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			out[i] = r.fail(method, fmt.Errorf("not proposed within %v, Raft's queue is full: %w", s.cfg.ApplyTimeout, fencelock.ErrUnavailable))
+			return
+		}
+		r.proposals[i] = s.proposeWithin(cmd, left)
+		proposedNow = proposedNow || r.proposals[i].later == nil
+	}
 	// One leadership check for all the renewals, started at once (every
 	// renewal has arrived, so its answer proves leadership after each of
 	// them; see leaderCheck), not behind the proposals.
@@ -113,7 +126,7 @@ func (a *api) startBatch(items []*fencelockv1.BatchItem) (*batchRun, error) {
 			}
 			req.Wait = min(req.Wait, s.cfg.MaxWait)
 			r.acquires[i] = req
-			r.proposals[i] = s.propose(acquireCommand(req))
+			propose(i, "Acquire", acquireCommand(req))
 		case *fencelockv1.BatchItem_Renew:
 			m := op.Renew
 			if err := validateGrantRef(fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {
@@ -128,10 +141,15 @@ func (a *api) startBatch(items []*fencelockv1.BatchItem) (*batchRun, error) {
 				out[i] = r.fail("Release", err)
 				continue
 			}
-			r.proposals[i] = s.propose(releaseCommand(name, id, token))
+			propose(i, "Release", releaseCommand(name, id, token))
 		default:
 			out[i] = r.fail("Batch", fmt.Errorf("batch item %d has no operation: %w", i, fencelock.ErrInvalidArgument))
 		}
+	}
+	if proposedNow {
+		// Acquires this batch held back after its last entry go with it,
+		// not after the hold window.
+		s.deferrals.flush()
 	}
 	return r, nil
 }

@@ -58,7 +58,9 @@ func (d *deferrals) hold(cmd fsm.Command) <-chan raft.ApplyFuture {
 
 // flush proposes every held entry, in the order they came. It holds the
 // lock while it does, so that a hold after a flush never overtakes an
-// entry that flush proposes.
+// entry that flush proposes. All of them together wait at most
+// ApplyTimeout for room in Raft's queue (a stalled disk); the ones left
+// then fail as a proposal that found no room does.
 func (d *deferrals) flush() {
 	if d.n.Load() == 0 {
 		return
@@ -66,10 +68,38 @@ func (d *deferrals) flush() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.timer.Stop()
+	deadline := time.Now().Add(d.s.cfg.ApplyTimeout)
 	for _, h := range d.held {
-		h.to <- d.s.proposeNow(h.cmd)
+		left := time.Until(deadline)
+		if left <= 0 {
+			h.to <- failedFuture{raft.ErrEnqueueTimeout}
+			continue
+		}
+		h.to <- d.s.proposeBy(h.cmd, left)
 	}
 	clear(d.held)
 	d.held = d.held[:0]
 	d.n.Store(0)
 }
+
+// withdraw takes back the held entry whose future goes to later, and
+// reports whether it was still held (so it will never be proposed).
+func (d *deferrals) withdraw(later <-chan raft.ApplyFuture) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, h := range d.held {
+		if h.to == later {
+			d.held = append(d.held[:i], d.held[i+1:]...)
+			d.n.Add(-1)
+			return true
+		}
+	}
+	return false
+}
+
+// failedFuture is the future of an entry that never reached Raft.
+type failedFuture struct{ err error }
+
+func (f failedFuture) Error() error          { return f.err }
+func (f failedFuture) Index() uint64         { return 0 }
+func (f failedFuture) Response() interface{} { return nil }

@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/testproc"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 )
 
 // openInProcess starts a one-node server in this process and waits until
@@ -137,9 +140,9 @@ func TestDeferrals_WindowEndsTheHold(t *testing.T) {
 	}
 }
 
-// TestDeferrals_CallerThatLeavesWhileHeldBack: a caller whose context ends
-// while its entry is held back gets ErrUnavailable (the entry may still be
-// proposed), and the entry, once proposed, is ordered before the next one.
+// TestDeferrals_CallerThatLeavesWhileHeldBack: a caller whose context
+// ends while its entry is still held back takes the entry back: it gets its
+// context's error, and the entry is never proposed.
 func TestDeferrals_CallerThatLeavesWhileHeldBack(t *testing.T) {
 	s := openInProcess(t)
 	s.deferrals.window = time.Hour
@@ -152,16 +155,47 @@ func TestDeferrals_CallerThatLeavesWhileHeldBack(t *testing.T) {
 	short, stop := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer stop()
 	_, err = s.Apply(short, acquireCommand(AcquireRequest{Name: "l", TTL: 10 * time.Second, Wait: time.Minute, RequestID: "b"}))
-	if !errors.Is(err, fencelock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("apply whose context ended while held back = %v; want ErrUnavailable and the deadline", err)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("apply whose context ended while held back = %v; want the deadline, not 'outcome unknown'", err)
+	}
+	if n := s.deferrals.n.Load(); n != 0 {
+		t.Fatalf("%d entries still held after their caller left", n)
 	}
 	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: "l", LeaseID: a.LeaseID, Token: a.Token})
 	if err != nil || res.Err != nil {
 		t.Fatalf("release: %v %v", err, res.Err)
 	}
-	l, ok := s.fsm.Get("l")
-	if !ok || l.Holder == nil || l.Holder.RequestID != "b" {
-		t.Fatalf("lock after the release = %+v; want it granted to b, whose entry went first", l)
+	if l, ok := s.fsm.Get("l"); ok && (l.Holder != nil || len(l.Waiters) > 0) {
+		t.Fatalf("lock after the release = %+v; want it free: b's entry was taken back", l)
+	}
+}
+
+// TestDeferrals_BatchSendsWhatItHeldBack: a batch that proposes an entry
+// sends the acquires it held back after it with it, not after the window.
+func TestDeferrals_BatchSendsWhatItHeldBack(t *testing.T) {
+	s := openInProcess(t)
+	s.deferrals.window = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mine, err := s.Acquire(ctx, AcquireRequest{Name: "mine", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, AcquireRequest{Name: "theirs", TTL: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	items := []*fencelockv1.BatchItem{
+		{Op: &fencelockv1.BatchItem_Release{Release: &fencelockv1.ReleaseRequest{Name: "mine", LeaseId: string(mine.LeaseID), Token: uint64(mine.Token)}}},
+		{Op: &fencelockv1.BatchItem_Acquire{Acquire: &fencelockv1.AcquireRequest{Name: "theirs", Ttl: durationpb.New(10 * time.Second), Wait: durationpb.New(time.Minute), RequestId: "q"}}},
+	}
+	bctx, bcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer bcancel()
+	resp, err := (*api)(s).batch(bctx, items)
+	if err != nil {
+		t.Fatalf("batch of a release and a queuing acquire: %v", err)
+	}
+	if resp.Results[0].GetRelease() == nil || resp.Results[1].GetQueued() == nil {
+		t.Fatalf("batch results = %v; want released, then queued", resp.Results)
 	}
 }
 

@@ -130,10 +130,7 @@ func (p *pipe) serve(br *bufio.Reader) error {
 			// The entries are proposed here, before the next frame is read:
 			// they reach Raft without a hand-off to another goroutine.
 			r, err := (*api)(p.s).startBatch(req.GetBatch().GetItems())
-			go func() {
-				defer func() { <-sem }()
-				p.finish(req.Id, r, err)
-			}()
+			go p.finish(req.Id, r, err, func() { <-sem })
 		}
 	}
 }
@@ -202,14 +199,21 @@ func (p *pipe) cancel(id uint64) {
 // when the node stops, is answered unavailable instead, as a Connect Batch
 // call would be (the client asks again or another node). The bounds are
 // timers, not another goroutine between the entries and the answer.
-func (p *pipe) finish(id uint64, r *batchRun, err error) {
+// answered frees the batch's place on the pipe once it is answered (its
+// entries may still be out, with a disk that stalls).
+func (p *pipe) finish(id uint64, r *batchRun, err error, answered func()) {
 	var once sync.Once
-	fail := func(err error) {
+	answer := func(resp *fencelockv1.PipeResponse, err error) {
 		once.Do(func() {
-			(*api)(p.s).count("Batch", err)
-			p.send(&fencelockv1.PipeResponse{Id: id, Error: wire.ToBatchError(err)})
+			if err != nil {
+				(*api)(p.s).count("Batch", err)
+				resp = &fencelockv1.PipeResponse{Id: id, Error: wire.ToBatchError(err)}
+			}
+			p.send(resp)
+			answered()
 		})
 	}
+	fail := func(err error) { answer(nil, err) }
 	if err != nil {
 		fail(err)
 		return
@@ -219,5 +223,5 @@ func (p *pipe) finish(id uint64, r *batchRun, err error) {
 	stop := context.AfterFunc(p.s.ctx, func() { fail(fmt.Errorf("node stopping: %w", fencelock.ErrUnavailable)) })
 	defer stop()
 	r.finish()
-	once.Do(func() { p.send(&fencelockv1.PipeResponse{Id: id, Batch: &fencelockv1.BatchResponse{Results: r.out}}) })
+	answer(&fencelockv1.PipeResponse{Id: id, Batch: &fencelockv1.BatchResponse{Results: r.out}}, nil)
 }

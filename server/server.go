@@ -238,6 +238,17 @@ func (s *Server) becomeReady(epoch uint64) {
 // (leadership lost, timeout, shutdown, ctx ended after the proposal).
 func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
 	p := s.propose(cmd)
+	if p.later != nil && ctx.Done() != nil {
+		select {
+		case p.f = <-p.later:
+		case <-ctx.Done():
+			if s.deferrals.withdraw(p.later) {
+				// Never proposed: nothing happened.
+				return fsm.Result{}, fmt.Errorf("apply %s: %w", opName(cmd.Op), ctx.Err())
+			}
+			p.f = <-p.later // being proposed just now
+		}
+	}
 	if ctx.Done() == nil {
 		// Nothing else to wait for: no goroutine. (Batch items: the batch
 		// as a whole is bounded by ApplyTimeout.)
@@ -249,7 +260,7 @@ func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 		defer cancel()
 	}
 	done := make(chan error, 1)
-	go func() { done <- p.future().Error() }() // p is read again only after done
+	go func() { done <- p.future().Error() }()
 	select {
 	case err := <-done:
 		return s.outcome(p, err)
@@ -284,20 +295,31 @@ func (p *proposal) future() raft.ApplyFuture {
 // entries held back; or, for an acquire that will only queue, with the next
 // entry (deferrals).
 func (s *Server) propose(cmd fsm.Command) proposal {
+	return s.proposeWithin(cmd, s.cfg.ApplyTimeout)
+}
+
+// proposeWithin is propose waiting at most enqueue for room in Raft's
+// queue.
+func (s *Server) proposeWithin(cmd fsm.Command, enqueue time.Duration) proposal {
 	start := time.Now()
 	if cmd.Op == fsm.OpAcquire && cmd.Wait && s.Ready() && s.fsm.HeldByOther(cmd.Name, cmd.RequestID) {
 		return proposal{op: cmd.Op, later: s.deferrals.hold(cmd), start: start}
 	}
 	s.deferrals.flush()
-	return proposal{op: cmd.Op, f: s.proposeNow(cmd), start: start}
+	return proposal{op: cmd.Op, f: s.proposeBy(cmd, enqueue), start: start}
 }
 
 // proposeNow stamps cmd.Now and hands cmd to Raft.
 func (s *Server) proposeNow(cmd fsm.Command) raft.ApplyFuture {
+	return s.proposeBy(cmd, s.cfg.ApplyTimeout)
+}
+
+// proposeBy is proposeNow waiting at most enqueue for room in Raft's queue.
+// The bound matters when the leader loop is stuck (a disk that stalls in
+// fsync): proposals then fail instead of piling up.
+func (s *Server) proposeBy(cmd fsm.Command, enqueue time.Duration) raft.ApplyFuture {
 	cmd.Now = time.Now().UnixNano()
-	// The enqueue timeout matters when the leader loop is stuck (a disk
-	// that stalls in fsync): proposals then fail instead of piling up.
-	return s.raft.Apply(cmd.Encode(), s.cfg.ApplyTimeout)
+	return s.raft.Apply(cmd.Encode(), enqueue)
 }
 
 // await waits until p's entry is applied, or Raft gives up on it (lost
