@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -74,6 +77,7 @@ func TestRun_HelpAndUsageErrors(t *testing.T) {
 		{[]string{"lock", "x"}, 2, "no COMMAND"},
 		{[]string{"acquire", "x", "--ttl", "banana"}, 2, "invalid value"},
 		{[]string{"acquire", "x", "--wait", "-3s"}, 2, "forever"},
+		{[]string{"serve", "--procs", "-1"}, 2, "--procs -1"},
 	}
 	for _, tc := range tests {
 		out, code := testproc.Run(ctx, t, nil, tc.args...)
@@ -112,5 +116,34 @@ func TestLock_CommandGetsSIGTERMWhenTheLeaseIsLost(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "lease on \"job\" lost") {
 		t.Errorf("fencelock lock did not say the lease was lost: %q", out.String())
+	}
+}
+
+// TestServe_ProcsSetsGOMAXPROCS: serve runs Go code on --procs threads (one
+// by default), as the Go runtime's own metric reports.
+func TestServe_ProcsSetsGOMAXPROCS(t *testing.T) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		t.Skip("GOMAXPROCS is set in the environment, which wins over serve's default")
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "go_sched_gomaxprocs_threads 1\n"},
+		{[]string{"--procs", "3"}, "go_sched_gomaxprocs_threads 3\n"},
+	} {
+		srv := testproc.StartServer(t, tc.args...)
+		resp, err := http.Get("http://" + srv.Addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(body), tc.want) {
+			t.Errorf("serve %v: /metrics lacks %q", tc.args, strings.TrimSpace(tc.want))
+		}
 	}
 }
