@@ -347,3 +347,33 @@ func keys(m map[string]*record) []string {
 	sort.Strings(out)
 	return out
 }
+
+// TestFSM_SnapshotIsTheStateWhenTaken: Persist runs while later entries
+// apply; what it writes is the state when Snapshot was called, not later.
+func TestFSM_SnapshotIsTheStateWhenTaken(t *testing.T) {
+	h := newHarness(t)
+	h.apply(acq("a", "r1", "L1", false))
+	h.apply(acq("a", "w1", "Lw1", true))
+	snap, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := h.f.List("", "", 100)
+	wantApplied := h.f.AppliedIndex()
+	h.apply(acq("b", "r2", "L2", false)) // a new lock
+	h.apply(acq("a", "w2", "Lw2", true)) // a second waiter on a
+	var buf bytes.Buffer
+	if err := snap.Persist(&sink{Buffer: &buf}); err != nil {
+		t.Fatal(err)
+	}
+	other := newHarness(t)
+	if err := other.f.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := other.f.List("", "", 100); !reflect.DeepEqual(got, want) {
+		t.Errorf("persisted after later entries:\n got %+v\nwant %+v (the state at Snapshot)", got, want)
+	}
+	if other.f.AppliedIndex() != wantApplied || other.f.Queued("a", "w2") {
+		t.Errorf("restored applied index %d (want %d), w2 queued %v (want false)", other.f.AppliedIndex(), wantApplied, other.f.Queued("a", "w2"))
+	}
+}

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,13 +21,18 @@ type state struct {
 	LastNow  int64             `json:"last_now"`
 }
 
-type snapshot struct{ data []byte }
+type snapshot struct{ st state }
 
-// Snapshot captures the whole state. It copies under the lock, so Persist
-// may run concurrently with later Applies.
+// Snapshot captures the whole state. It only copies, under the lock: Raft
+// calls it on the goroutine that applies entries, which waits meanwhile.
+// Persist encodes the copy on another goroutine while later entries apply
+// (with every request id of the dedupe window, the encoding can take
+// seconds; in Snapshot it stalled every grant for that long).
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
-	st := state{Applied: f.applied, LastNow: f.lastNow, Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members))}
+	defer f.mu.RUnlock()
+	st := state{Applied: f.applied, LastNow: f.lastNow, Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members)),
+		Requests: make([]record, 0, len(f.requests)), Expired: make([]record, 0, len(f.expired))}
 	for k, v := range f.members {
 		st.Members[k] = v
 	}
@@ -43,17 +49,17 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 			st.Expired = append(st.Expired, *rec)
 		}
 	}
-	f.mu.RUnlock()
-	b, err := json.Marshal(st)
-	if err != nil {
-		return nil, fmt.Errorf("encode snapshot: %w", err)
-	}
-	return &snapshot{data: b}, nil
+	return &snapshot{st: st}, nil
 }
 
-// Persist writes the snapshot to sink.
+// Persist encodes the snapshot and writes it to sink.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
+	w := bufio.NewWriterSize(sink, 64<<10)
+	err := json.NewEncoder(w).Encode(s.st)
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
 		_ = sink.Cancel()
 		return fmt.Errorf("write snapshot: %w", err)
 	}
