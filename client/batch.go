@@ -18,13 +18,15 @@ import (
 
 // Batching: the Acquire, Renew and Release calls a client makes
 // concurrently to one node travel together as Batch requests. A call leaves
-// at once while fewer than maxInFlight batches are out; otherwise it waits
-// for one of them to come back and leaves with every call that queued
-// meanwhile. A lone caller pays no delay; many concurrent callers share
-// HTTP requests, and the server applies their Raft entries together (one
-// append, one sync). This is group commit, done in the client.
+// at once while fewer than maxInFlight batches are out, or fewer than
+// eagerItems calls; otherwise it waits for a batch to come back and leaves
+// with every call that queued meanwhile. A lone caller pays no delay; a few
+// concurrent callers do not wait for each other; many share requests, and
+// the server applies their Raft entries together (one append, one sync).
+// This is group commit, done in the client.
 const (
 	maxInFlight = 4
+	eagerItems  = 16
 	maxBatch    = 256
 	// maxBatchBytes keeps a batch well under the server's 64 KiB limit on
 	// one request message, whatever the names and labels.
@@ -69,6 +71,7 @@ type batcher struct {
 	mu       sync.Mutex
 	queue    []*batchCall
 	inflight int
+	items    int // calls in the batches out
 	alone    int // calls sent unary because nothing else was out (0 or 1)
 	// queuedAt: when a batched Acquire of a lock last joined its wait
 	// queue, so that the next Acquire that may wait goes unary: it will
@@ -177,9 +180,10 @@ func (b *batcher) do(ctx context.Context, item *fencelockv1.BatchItem, late func
 	}
 }
 
-// startLocked sends queued calls while fewer than maxInFlight batches are out.
+// startLocked sends queued calls while fewer than maxInFlight batches, or
+// fewer than eagerItems calls, are out.
 func (b *batcher) startLocked() {
-	for b.inflight < maxInFlight && len(b.queue) > 0 {
+	for len(b.queue) > 0 && (b.inflight < maxInFlight || b.items < eagerItems) {
 		n, size := 0, 0
 		for n < len(b.queue) && n < maxBatch {
 			size += proto.Size(b.queue[n].item) + 4
@@ -192,6 +196,7 @@ func (b *batcher) startLocked() {
 		copy(calls, b.queue)
 		b.queue = append(b.queue[:0], b.queue[n:]...)
 		b.inflight++
+		b.items += n
 		go b.send(calls)
 	}
 }
@@ -202,6 +207,7 @@ func (b *batcher) startLocked() {
 // timeout) even if its callers leave, so that a caller that left can still
 // learn what its call did.
 func (b *batcher) send(calls []*batchCall) {
+	n := len(calls)
 	live := calls[:0]
 	for _, c := range calls {
 		if c.ctx.Err() == nil {
@@ -212,15 +218,16 @@ func (b *batcher) send(calls []*batchCall) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
-	b.sendNow(ctx, live)
+	b.sendNow(ctx, live, n)
 }
 
 // sendNow sends calls as one Batch request within ctx, hands each call its
-// result and frees the in-flight slot.
-func (b *batcher) sendNow(ctx context.Context, calls []*batchCall) {
+// result and frees the in-flight slot, which held taken calls.
+func (b *batcher) sendNow(ctx context.Context, calls []*batchCall, taken int) {
 	defer func() {
 		b.mu.Lock()
 		b.inflight--
+		b.items -= taken
 		b.startLocked()
 		b.mu.Unlock()
 	}()

@@ -58,9 +58,13 @@ func renewItem(token uint64) *fencelockv1.BatchItem {
 	return &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Renew{Renew: &fencelockv1.RenewRequest{Name: "x", Token: token}}}
 }
 
-// TestBatcher_GroupsCallsWhileBatchesAreOut: the first maxInFlight calls
-// leave at once, alone; calls made while they are out wait and then leave
-// together, and every caller gets its own result.
+// lone is how many one-call batches may be out before calls queue: fewer
+// than maxInFlight batches, or fewer than eagerItems calls, are out.
+var lone = max(maxInFlight, eagerItems)
+
+// TestBatcher_GroupsCallsWhileBatchesAreOut: the first calls leave at once,
+// alone, while few are out; calls made while more are out wait and then
+// leave together, and every caller gets its own result.
 func TestBatcher_GroupsCallsWhileBatchesAreOut(t *testing.T) {
 	f := &fakeBatchRPC{release: make(chan struct{}), arrived: make(chan int, 100)}
 	b := &batcher{rpc: f.Batch, timeout: 10 * time.Second}
@@ -78,7 +82,7 @@ func TestBatcher_GroupsCallsWhileBatchesAreOut(t *testing.T) {
 			errs <- fmt.Errorf("call %d got the result for %v", token, got)
 		}
 	}
-	for i := 1; i <= maxInFlight; i++ {
+	for i := 1; i <= lone; i++ {
 		wg.Add(1)
 		go call(uint64(i))
 		if n := <-f.arrived; n != 1 {
@@ -138,7 +142,7 @@ func TestBatcher_OlderNodeGoesUnary(t *testing.T) {
 func TestBatcher_CallerThatLeftIsNotSent(t *testing.T) {
 	f := &fakeBatchRPC{release: make(chan struct{}), arrived: make(chan int, 100)}
 	b := &batcher{rpc: f.Batch, timeout: 10 * time.Second}
-	for i := 0; i < maxInFlight; i++ {
+	for i := 0; i < lone; i++ {
 		go b.do(context.Background(), renewItem(1), nil)
 		<-f.arrived
 	}
@@ -168,7 +172,7 @@ func TestBatcher_CallerThatLeftIsNotSent(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.sizes) != maxInFlight {
+	if len(f.sizes) != lone {
 		t.Fatalf("batches sent: %v; the cancelled call must not have been sent", f.sizes)
 	}
 }
@@ -206,7 +210,7 @@ func TestBatcher_LateOutcome(t *testing.T) {
 func TestBatcher_SplitsLargeBatches(t *testing.T) {
 	f := &fakeBatchRPC{release: make(chan struct{}), arrived: make(chan int, 100)}
 	b := &batcher{rpc: f.Batch, timeout: 10 * time.Second}
-	for i := 0; i < maxInFlight; i++ {
+	for i := 0; i < lone; i++ {
 		go b.do(context.Background(), renewItem(1), nil)
 		<-f.arrived
 	}
@@ -233,7 +237,7 @@ func TestBatcher_SplitsLargeBatches(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	total := 0
-	for _, n := range f.sizes[maxInFlight:] {
+	for _, n := range f.sizes[lone:] {
 		if n*1000 > maxBatchBytes {
 			t.Fatalf("a batch of %d calls of 1 KB each: over the %d-byte limit (batches %v)", n, maxBatchBytes, f.sizes)
 		}
