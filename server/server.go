@@ -260,7 +260,7 @@ func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error)
 		defer cancel()
 	}
 	done := make(chan error, 1)
-	go func() { done <- p.future().Error() }()
+	go func() { done <- p.f.Error() }() // set above, also for a held-back entry
 	select {
 	case err := <-done:
 		return s.outcome(p, err)
@@ -309,14 +309,10 @@ func (s *Server) proposeWithin(cmd fsm.Command, enqueue time.Duration) proposal 
 	return proposal{op: cmd.Op, f: s.proposeBy(cmd, enqueue), start: start}
 }
 
-// proposeNow stamps cmd.Now and hands cmd to Raft.
-func (s *Server) proposeNow(cmd fsm.Command) raft.ApplyFuture {
-	return s.proposeBy(cmd, s.cfg.ApplyTimeout)
-}
-
-// proposeBy is proposeNow waiting at most enqueue for room in Raft's queue.
-// The bound matters when the leader loop is stuck (a disk that stalls in
-// fsync): proposals then fail instead of piling up.
+// proposeBy stamps cmd.Now and hands cmd to Raft, waiting at most enqueue
+// for room in Raft's queue. The bound matters when the leader loop is
+// stuck (a disk that stalls in fsync): proposals then fail instead of
+// piling up.
 func (s *Server) proposeBy(cmd fsm.Command, enqueue time.Duration) raft.ApplyFuture {
 	cmd.Now = time.Now().UnixNano()
 	return s.raft.Apply(cmd.Encode(), enqueue)
