@@ -5,7 +5,10 @@
 // hashicorp/raft-boltdb commits each batch as a bbolt transaction, which
 // syncs twice (the pages, then the meta page). A lock grant is one Raft
 // entry, so that second sync is on the path of every grant. This store
-// writes a batch as consecutive records and syncs once.
+// writes a batch as consecutive records and syncs once. Segments are
+// preallocated, and an append that passes the part written so far carries
+// zeros to the next 64 KiB, so that the syncs in between change no file
+// system metadata (fillChunk).
 //
 // Guarantees:
 //

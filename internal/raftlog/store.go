@@ -29,6 +29,24 @@ var ErrCorrupt = errors.New("raftlog: corrupt segment")
 // DefaultSegmentSize is the size after which writes go to a new segment.
 const DefaultSegmentSize = 64 << 20
 
+// fillChunk: a write that goes past the part of a segment written so far
+// carries zeros up to the next multiple of fillChunk.
+//
+// A segment is preallocated with fallocate, whose blocks are "unwritten"
+// extents: the first write to each one changes the extent tree, and the
+// fdatasync after it must commit that change to the file system's journal.
+// An append of a few hundred bytes mostly stays within a block already
+// written, but a batch of entries that spans several blocks paid that
+// journal commit on every sync: a 7 KB append + fdatasync took 0.17 ms
+// against 0.10 ms for the same append into blocks written before, on the
+// machine of docs/PERFORMANCE.md. With the fill, one sync in every 64 KiB
+// of log converts the blocks ahead, and the appends in between sync data
+// alone. Readers are unaffected: the fill reads as zeros, as the
+// preallocated space did.
+const fillChunk = 64 << 10
+
+var zeroFill [fillChunk]byte
+
 const segmentExt = ".seg"
 
 // Options tunes a Store; the zero value is valid.
@@ -62,6 +80,10 @@ type segment struct {
 	f    *os.File
 	offs []int64 // offs[i]: where entry base+i starts
 	end  int64   // just past the last entry
+	// filled: the file's blocks up to here have been written (entries or
+	// zero fill), so a sync of a write below it changes no extent (see
+	// fillChunk).
+	filled int64
 }
 
 func (g *segment) lastIndex() uint64 { return g.base + uint64(len(g.offs)) - 1 }
@@ -187,6 +209,7 @@ func (s *Store) load(base uint64, tail bool) (*segment, error) {
 		f.Close()
 		return nil, fmt.Errorf("raftlog: cut unfinished write off %s: %w", path, err)
 	}
+	g.filled = g.end
 	if err := s.prealloc(f, g.end); err != nil {
 		f.Close()
 		return nil, err
@@ -330,6 +353,15 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 			return err
 		}
 	}
+	data := int64(len(buf))
+	filled := g.filled
+	if end := g.end + data; end > g.filled {
+		filled = end
+		if fillTo := min((end+fillChunk-1)/fillChunk*fillChunk, s.segSize); fillTo > end {
+			buf = append(buf, zeroFill[:fillTo-end]...)
+			filled = fillTo
+		}
+	}
 	if _, err := g.f.WriteAt(buf, g.end); err != nil {
 		return s.fail(fmt.Errorf("raftlog: write %s: %w", g.f.Name(), err))
 	}
@@ -338,7 +370,8 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	}
 	s.mu.Lock()
 	g.offs = append(g.offs, offs...)
-	g.end += int64(len(buf))
+	g.end += data
+	g.filled = filled
 	if s.first == 0 {
 		s.first = logs[0].Index
 	}
@@ -493,6 +526,7 @@ func (s *Store) deleteSuffix(min uint64) error {
 			}
 			g.offs = g.offs[:k]
 			g.end = at
+			g.filled = at
 		}
 	}
 	first := s.first // entries below it were deleted before

@@ -391,3 +391,67 @@ func TestStore_DeletedPrefixStaysDeleted(t *testing.T) {
 	s = open(t, dir, 2048)
 	wantLog(t, s, 100, 105, func(uint64) uint64 { return 4 })
 }
+
+// An append that goes past the blocks written so far writes zeros up to the
+// next fillChunk boundary (never past the segment's size), so that later
+// appends land in blocks already written; the fill reads as the
+// preallocated space did, and a reopen reads the same entries.
+func TestStore_AppendsFillAheadWithZeros(t *testing.T) {
+	readSeg := func(t *testing.T, g *segment) []byte {
+		t.Helper()
+		b, err := os.ReadFile(g.f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	t.Run("to the next chunk", func(t *testing.T) {
+		dir := t.TempDir()
+		s := open(t, dir, 0)
+		mustStore(t, s, batch(1, 5, 1))
+		g := s.segs[0]
+		if g.filled != fillChunk {
+			t.Fatalf("after %d bytes of entries, filled to %d, want %d", g.end, g.filled, fillChunk)
+		}
+		b := readSeg(t, g)
+		if int64(len(b)) != DefaultSegmentSize {
+			t.Fatalf("segment is %d bytes, want its preallocated %d", len(b), DefaultSegmentSize)
+		}
+		if !allZero(b[g.end:g.filled]) {
+			t.Fatal("the fill after the last entry is not zeros")
+		}
+		// Entries up to the fill do not write it again; the first past it
+		// fills the next chunk.
+		next := uint64(6)
+		for g.end+300 < fillChunk {
+			mustStore(t, s, batch(next, next, 1))
+			next++
+			if g.filled != fillChunk {
+				t.Fatalf("at %d bytes of entries, filled to %d, want %d", g.end, g.filled, fillChunk)
+			}
+		}
+		mustStore(t, s, batch(next, next+20, 1))
+		if g.filled != 2*fillChunk {
+			t.Fatalf("past the first chunk (%d bytes of entries), filled to %d, want %d", g.end, g.filled, 2*fillChunk)
+		}
+		last := next + 20
+		s.Close()
+		s = open(t, dir, 0)
+		wantLog(t, s, 1, last, term1)
+		if g := s.segs[0]; g.filled != g.end {
+			t.Fatalf("after reopening, filled to %d, want the end of the entries %d", g.filled, g.end)
+		}
+	})
+	t.Run("never past the segment size", func(t *testing.T) {
+		const segSize = 10 << 10
+		s := open(t, t.TempDir(), segSize)
+		mustStore(t, s, batch(1, 3, 1))
+		g := s.segs[0]
+		if g.filled != segSize {
+			t.Fatalf("filled to %d, want the segment size %d", g.filled, segSize)
+		}
+		if b := readSeg(t, g); len(b) != segSize || !allZero(b[g.end:]) {
+			t.Fatalf("segment is %d bytes (want %d), zeros after the entries: %v", len(b), segSize, allZero(b[g.end:]))
+		}
+	})
+}
