@@ -3,11 +3,10 @@ package wire
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -72,13 +71,11 @@ func (f *Frame) Read(r *bufio.Reader, m proto.Message, limit int) error {
 }
 
 // FrameWriter writes frames from many goroutines. Frames written together
-// share one flush: a writer flushes only if no other is waiting to write
-// after it.
+// share one flush, so one write to the connection.
 type FrameWriter struct {
-	waiting atomic.Int32
-	mu      sync.Mutex // guards bw and frame
-	bw      *bufio.Writer
-	frame   Frame
+	mu    sync.Mutex // guards bw and frame
+	bw    *bufio.Writer
+	frame Frame
 }
 
 // NewFrameWriter returns a FrameWriter on bw.
@@ -86,15 +83,26 @@ func NewFrameWriter(bw *bufio.Writer) *FrameWriter {
 	return &FrameWriter{bw: bw}
 }
 
-// Send writes m as one frame and flushes unless another frame follows at
-// once.
+// Send writes m as one frame and returns once it is flushed, by this call or
+// by another that flushed after it.
+//
+// Between writing its frame and flushing, Send yields the processor once:
+// answers that become ready together (a Raft batch applied at once wakes
+// every call in it) are written into the buffer first and leave in one
+// write. Without the yield, on one processor each sender ran to its own
+// flush before the next could run, and paid a write system call of its
+// own.
 func (w *FrameWriter) Send(m proto.Message) error {
-	w.waiting.Add(1)
+	w.mu.Lock()
+	err := w.frame.Write(w.bw, m)
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	runtime.Gosched()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	err := w.frame.Write(w.bw, m)
-	if w.waiting.Add(-1) == 0 {
-		err = errors.Join(err, w.bw.Flush())
-	}
-	return err
+	// A frame already flushed by a later sender leaves nothing buffered;
+	// Flush then only reports an earlier write's error.
+	return w.bw.Flush()
 }
