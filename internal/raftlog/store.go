@@ -47,6 +47,10 @@ const fillChunk = 64 << 10
 
 var zeroFill [fillChunk]byte
 
+// maxScratch: StoreLogs keeps its write buffer for the next call up to this
+// capacity.
+const maxScratch = 1 << 20
+
 const segmentExt = ".seg"
 
 // Options tunes a Store; the zero value is valid.
@@ -63,6 +67,9 @@ type Store struct {
 	segSize int64
 
 	wmu sync.Mutex // serialises StoreLogs and DeleteRange
+	// wbuf and woffs: StoreLogs's scratch, reused (guarded by wmu).
+	wbuf  []byte
+	woffs []int64
 
 	mu     sync.RWMutex // guards everything below
 	segs   []*segment   // by base index; the last one takes the writes
@@ -345,8 +352,13 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	for _, l := range logs {
 		size += headerSize + payloadBase + len(l.Data) + len(l.Extensions)
 	}
-	buf := make([]byte, 0, size)
-	offs := make([]int64, len(logs))
+	buf := slices.Grow(s.wbuf[:0], size)
+	offs := slices.Grow(s.woffs[:0], len(logs))[:len(logs)]
+	defer func() {
+		if cap(buf) <= maxScratch {
+			s.wbuf, s.woffs = buf[:0], offs[:0]
+		}
+	}()
 	for i, l := range logs {
 		offs[i] = g.end + int64(len(buf))
 		if buf, err = appendRecord(buf, l); err != nil {
