@@ -230,23 +230,26 @@ type Lock struct {
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
-	deadline time.Time // monotonic: last confirmed renewal start + TTL - margin
-	timer    *time.Timer
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{} // keep-alive goroutine ended
+	deadline time.Time   // monotonic: last confirmed renewal start + TTL - margin
+	timer    *time.Timer // fires at deadline
+	renewal  *time.Timer // fires when the next renewal is due; runs renew
+	// renewing is held while a renewal runs, so that Release can wait
+	// for one under way.
+	renewing sync.Mutex
 }
 
 func (c *Client) newLock(g *fencelockv1.Grant, start time.Time, margin time.Duration) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{c: c, name: g.Name, token: fencelock.Token(g.Token), leaseID: fencelock.LeaseID(g.LeaseId),
-		ttl: g.Ttl.AsDuration(), margin: margin, ctx: ctx, cancel: cancel,
-		stop: make(chan struct{}), done: make(chan struct{})}
+		ttl: g.Ttl.AsDuration(), margin: margin, ctx: ctx, cancel: cancel}
 	l.mu.Lock()
 	l.deadline = start.Add(l.ttl - margin)
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
+	// Renewals run on a timer, not in a goroutine of their own: a lock
+	// released before its first renewal (most of them) costs no goroutine,
+	// and Release does not wait for one to stop.
+	l.renewal = time.AfterFunc(l.renewInterval(), l.renew)
 	l.mu.Unlock()
-	go l.keepAlive()
 	return l
 }
 
@@ -315,53 +318,63 @@ func (l *Lock) extend(d time.Time) {
 	l.timer.Reset(time.Until(d))
 }
 
-// keepAlive renews the lease at about TTL/3 until Release or loss.
-func (l *Lock) keepAlive() {
-	defer close(l.done)
-	interval := l.ttl / 3
-	t := time.NewTimer(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
+// renewInterval is how often the lease is renewed: about TTL/3.
+func (l *Lock) renewInterval() time.Duration { return l.ttl / 3 }
+
+// renew renews the lease once (on the renewal timer) and schedules the
+// next renewal, until Release or loss.
+func (l *Lock) renew() {
+	l.renewing.Lock()
+	defer l.renewing.Unlock()
+	if l.ctx.Err() != nil {
+		return
+	}
+	interval := l.renewInterval()
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(l.ctx, interval)
+	_, err := l.c.Renew(rctx, l.name, l.leaseID, l.token)
+	cancel()
+	switch {
+	case err == nil:
+		l.extend(start.Add(l.ttl - l.margin))
+		l.scheduleRenewal(interval)
+	case errors.Is(err, fencelock.ErrNotHolder), errors.Is(err, fencelock.ErrLeaseExpired):
+		l.mu.Lock()
+		l.lose(err)
+		l.mu.Unlock()
+	default:
+		if l.ctx.Err() != nil {
 			return
-		case <-l.ctx.Done():
-			return
-		case <-t.C:
 		}
-		start := time.Now()
-		rctx, cancel := context.WithTimeout(l.ctx, interval)
-		_, err := l.c.Renew(rctx, l.name, l.leaseID, l.token)
-		cancel()
-		switch {
-		case err == nil:
-			l.extend(start.Add(l.ttl - l.margin))
-			t.Reset(interval)
-		case errors.Is(err, fencelock.ErrNotHolder), errors.Is(err, fencelock.ErrLeaseExpired):
-			l.mu.Lock()
-			l.lose(err)
-			l.mu.Unlock()
-			return
-		default:
-			if l.ctx.Err() != nil {
-				return
-			}
-			l.c.cfg.Logger.Warn("renew failed; retrying", "lock", l.name, "token", l.token, "err", err)
-			t.Reset(max(interval/4, 10*time.Millisecond))
-		}
+		l.c.cfg.Logger.Warn("renew failed; retrying", "lock", l.name, "token", l.token, "err", err)
+		l.scheduleRenewal(max(interval/4, 10*time.Millisecond))
 	}
 }
 
-// Release stops the keep-alive, cancels the lock's context and releases the
+// scheduleRenewal runs the next renewal in d, unless the lock has ended.
+func (l *Lock) scheduleRenewal(d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx.Err() == nil {
+		l.renewal.Reset(d)
+	}
+}
+
+// Release stops the renewals, cancels the lock's context and releases the
 // grant; the next waiter is granted at once. It returns an error wrapping
 // fencelock.ErrNotHolder if the grant had already ended (the lease was lost).
 func (l *Lock) Release(ctx context.Context) error {
-	l.stopOnce.Do(func() { close(l.stop) })
 	l.mu.Lock()
 	l.timer.Stop()
-	l.cancel(ErrReleased)
+	pending := l.renewal.Stop()
+	l.cancel(ErrReleased) // no renewal is scheduled after this
 	l.mu.Unlock()
-	<-l.done
+	if !pending {
+		// A renewal may be under way (its call ends with the context):
+		// wait for it, so that no renewal follows the release.
+		l.renewing.Lock()
+		l.renewing.Unlock() // renew has returned
+	}
 	return l.c.Release(ctx, l.name, l.leaseID, l.token)
 }
 
