@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -65,12 +66,23 @@ type Observer interface {
 	Restored()
 }
 
-// record remembers one request id or one expired lease id.
+// record remembers one request id or one expired lease id. Its fields do not
+// change once it is in a map; a new outcome for the same key is a new record.
 type record struct {
 	Key   string             `json:"key"`
 	Name  fencelock.LockName `json:"name"`
 	Token fencelock.Token    `json:"token,omitempty"` // 0 while the request waits
 	Now   int64              `json:"now"`
+	// died is the FSM's count of dropped records when this one left its
+	// map (forgotten or replaced), 0 while it is there; read and written
+	// atomically, because a snapshot taken earlier reads it while entries
+	// apply (see Snapshot).
+	died uint64
+}
+
+// wire is rec without its bookkeeping, as a snapshot holds it.
+func (rec *record) wire() record {
+	return record{Key: rec.Key, Name: rec.Name, Token: rec.Token, Now: rec.Now}
 }
 
 // FSM is the replicated lock table. Apply, Snapshot and Restore are called by
@@ -87,7 +99,8 @@ type FSM struct {
 	expOrder []*record
 	members  map[string]string // node id -> API address
 	applied  uint64
-	lastNow  int64 // the largest Command.Now applied: command time never goes back
+	lastNow  int64  // the largest Command.Now applied: command time never goes back
+	drops    uint64 // records that left requests or expired so far (record.died)
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -226,6 +239,7 @@ func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 		return Result{Err: fmt.Errorf("cancel wait on %q: %w", cmd.Name, fencelock.ErrNotFound)}
 	}
 	if rec := f.requests[cmd.RequestID]; rec != nil && rec.Name == cmd.Name {
+		f.drop(rec)
 		delete(f.requests, cmd.RequestID)
 	}
 	for i, w := range l.Waiters {
@@ -250,6 +264,9 @@ func (f *FSM) end(index uint64, now int64, l *Lock, expired bool, events *[]even
 	*events = append(*events, event{name: l.Name, ended: old.Token})
 	if expired {
 		rec := &record{Key: string(old.LeaseID), Name: l.Name, Token: old.Token, Now: now}
+		if prev := f.expired[old.LeaseID]; prev != nil {
+			f.drop(prev)
+		}
 		f.expired[old.LeaseID] = rec
 		f.expOrder = append(f.expOrder, rec)
 	}
@@ -278,8 +295,19 @@ func (f *FSM) remember(rid string, name fencelock.LockName, tok fencelock.Token,
 		return
 	}
 	rec := &record{Key: rid, Name: name, Token: tok, Now: now}
+	if prev := f.requests[rid]; prev != nil {
+		f.drop(prev)
+	}
 	f.requests[rid] = rec
 	f.reqOrder = append(f.reqOrder, rec)
+}
+
+// drop marks rec as leaving its map (it is deleted or replaced next) other
+// than by pruning: a snapshot taken before still holds it, one taken after
+// does not.
+func (f *FSM) drop(rec *record) {
+	f.drops++
+	atomic.StoreUint64(&rec.died, f.drops)
 }
 
 // prune forgets request ids and expired leases older than the window.
@@ -290,6 +318,8 @@ func (f *FSM) prune(now int64) {
 	for n < len(f.reqOrder) && f.reqOrder[n].Now < cut {
 		rec := f.reqOrder[n]
 		if f.requests[rec.Key] == rec {
+			// (No drop: a snapshot taken earlier holds this record in
+			// its part of the order, which pruning only cuts off ours.)
 			if rec.Token == 0 && f.queued(rec.Name, rec.Key) {
 				// Still waiting: its retries must keep finding it.
 				keep = append(keep, &record{Key: rec.Key, Name: rec.Name, Now: now})

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"reflect"
@@ -375,5 +376,92 @@ func TestFSM_SnapshotIsTheStateWhenTaken(t *testing.T) {
 	}
 	if other.f.AppliedIndex() != wantApplied || other.f.Queued("a", "w2") {
 		t.Errorf("restored applied index %d (want %d), w2 queued %v (want false)", other.f.AppliedIndex(), wantApplied, other.f.Queued("a", "w2"))
+	}
+}
+
+// windowAt is the dedupe window as a snapshot must hold it: the records
+// that are in their maps now, in order.
+func windowAt(f *FSM) (reqs, exps []record) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, rec := range f.reqOrder {
+		if f.requests[rec.Key] == rec {
+			reqs = append(reqs, rec.wire())
+		}
+	}
+	for _, rec := range f.expOrder {
+		if f.expired[fencelock.LeaseID(rec.Key)] == rec {
+			exps = append(exps, rec.wire())
+		}
+	}
+	return reqs, exps
+}
+
+// Snapshot does not copy the dedupe window; Persist, running while later
+// entries apply, must still write it as it was at Snapshot, whatever those
+// entries forget, replace or add: a waiter granted (its record replaced),
+// a waiter cancelled (forgotten), an expiry (added), and the window
+// passing (everything older forgotten, a request still queued
+// remembered anew).
+func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
+	h := newHarness(t)
+	// Before Snapshot, the same kinds of change: what left the window then
+	// must not be in the snapshot.
+	o := h.apply(acq("o", "ro", "Lo", false)).Grant
+	h.apply(Command{Op: OpExpire, Name: "o", Token: o.Token})
+	h.now += int64(2 * time.Minute) // ro and o's expiry forgotten
+	b := h.apply(acq("b", "rb", "Lb", false)).Grant
+	h.apply(acq("b", "wb", "Lwb", true))
+	h.apply(Command{Op: OpRelease, Name: "b", LeaseID: b.LeaseID, Token: b.Token}) // wb granted: its record replaced
+	h.apply(acq("a0", "r0", "L0", false))
+	h.apply(acq("a0", "w0", "Lw0", true))
+	h.apply(Command{Op: OpCancelWait, Name: "a0", RequestID: "w0"}) // w0 forgotten
+	// The same lease expires twice: the first record replaced.
+	for _, rid := range []string{"rl1", "rl2"} {
+		l := h.apply(acq("l", rid, "Ll", false)).Grant
+		h.apply(Command{Op: OpExpire, Name: "l", Token: l.Token})
+	}
+
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	h.apply(acq("a", "w1", "Lw1", true))
+	h.apply(acq("a", "w2", "Lw2", true))
+	h.apply(acq("a", "w3", "Lw3", true))
+	e := h.apply(acq("e", "re", "Le", false)).Grant
+	h.apply(Command{Op: OpExpire, Name: "e", Token: e.Token})
+	snap, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantReqs, wantExps := windowAt(h.f)
+	if len(wantReqs) != 10 || len(wantExps) != 2 {
+		t.Fatalf("window at Snapshot: %d requests, %d expired; want 10 (rb, wb, r0, rl1, rl2, r1, w1, w2, w3, re) and 2", len(wantReqs), len(wantExps))
+	}
+
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token}) // w1 granted: its record replaced
+	h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w2"})                 // w2 forgotten
+	x := h.apply(acq("x", "rx", "Lx", false)).Grant
+	h.apply(Command{Op: OpExpire, Name: "x", Token: x.Token}) // an expiry added
+	h.now += int64(2 * time.Minute)                           // the window (1 minute) passes:
+	h.apply(acq("y", "ry", "Ly", false))                      // r1, re, w1, rx forgotten; w3, still queued, remembered anew
+	if !h.f.Queued("a", "w3") {
+		t.Fatal("w3 no longer queued")
+	}
+	if r, _ := windowAt(h.f); reflect.DeepEqual(r, wantReqs) {
+		t.Fatal("the later entries changed nothing in the window: the test checks nothing")
+	}
+
+	var buf bytes.Buffer
+	if err := snap.Persist(&sink{Buffer: &buf}); err != nil {
+		t.Fatal(err)
+	}
+	var st state
+	if err := json.Unmarshal(buf.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(st.Requests, wantReqs) {
+		t.Errorf("persisted request ids:\n got %+v\nwant %+v (the window at Snapshot)", st.Requests, wantReqs)
+	}
+	if !reflect.DeepEqual(st.Expired, wantExps) {
+		t.Errorf("persisted expired leases:\n got %+v\nwant %+v (the window at Snapshot)", st.Expired, wantExps)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -21,41 +22,54 @@ type state struct {
 	LastNow  int64             `json:"last_now"`
 }
 
-type snapshot struct{ st state }
+type snapshot struct {
+	st state // all but Requests and Expired
+	// The dedupe window as it was: the order slices at Snapshot (later
+	// entries append beyond their length or move them, never overwrite
+	// them) and the drop count then; a record is in the snapshot unless it
+	// left its map before (record.died).
+	reqs, exps []*record
+	drops      uint64
+}
 
-// Snapshot captures the whole state. It only copies, under the lock: Raft
-// calls it on the goroutine that applies entries, which waits meanwhile.
-// Persist encodes the copy on another goroutine while later entries apply
-// (with every request id of the dedupe window, the encoding can take
-// seconds; in Snapshot it stalled every grant for that long).
+// Snapshot captures the whole state. Raft calls it on the goroutine that
+// applies entries, which waits meanwhile, so it copies only the lock table
+// and the members, under the lock. The dedupe window (every request id of
+// the last 10 minutes: millions on a busy node, whose copy stalled every
+// grant for hundreds of milliseconds) is captured as it stands, in
+// constant time, and read by Persist, which encodes everything on another
+// goroutine while later entries apply.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st := state{Applied: f.applied, LastNow: f.lastNow, Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members)),
-		Requests: make([]record, 0, len(f.requests)), Expired: make([]record, 0, len(f.expired))}
+	st := state{Applied: f.applied, LastNow: f.lastNow, Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members))}
 	for k, v := range f.members {
 		st.Members[k] = v
 	}
 	for _, l := range f.locks {
 		st.Locks = append(st.Locks, l.clone())
 	}
-	for _, rec := range f.reqOrder {
-		if f.requests[rec.Key] == rec {
-			st.Requests = append(st.Requests, *rec)
+	return &snapshot{st: st, reqs: f.reqOrder, exps: f.expOrder, drops: f.drops}, nil
+}
+
+// live returns the records of order that were in their map when the
+// snapshot was taken.
+func (s *snapshot) live(order []*record) []record {
+	out := make([]record, 0, len(order))
+	for _, rec := range order {
+		if died := atomic.LoadUint64(&rec.died); died == 0 || died > s.drops {
+			out = append(out, rec.wire())
 		}
 	}
-	for _, rec := range f.expOrder {
-		if f.expired[fencelock.LeaseID(rec.Key)] == rec {
-			st.Expired = append(st.Expired, *rec)
-		}
-	}
-	return &snapshot{st: st}, nil
+	return out
 }
 
 // Persist encodes the snapshot and writes it to sink.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	st := s.st
+	st.Requests, st.Expired = s.live(s.reqs), s.live(s.exps)
 	w := bufio.NewWriterSize(sink, 64<<10)
-	err := json.NewEncoder(w).Encode(s.st)
+	err := json.NewEncoder(w).Encode(st)
 	if err == nil {
 		err = w.Flush()
 	}
@@ -66,7 +80,8 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	return sink.Close()
 }
 
-// Release does nothing: the snapshot holds only bytes.
+// Release does nothing: the snapshot holds copies and records that never
+// change.
 func (s *snapshot) Release() {}
 
 // Restore replaces the whole state with the snapshot's; it never merges.
