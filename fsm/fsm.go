@@ -80,11 +80,6 @@ type record struct {
 	died uint64
 }
 
-// wire is rec without its bookkeeping, as a snapshot holds it.
-func (rec *record) wire() record {
-	return record{Key: rec.Key, Name: rec.Name, Token: rec.Token, Now: rec.Now}
-}
-
 // FSM is the replicated lock table. Apply, Snapshot and Restore are called by
 // Raft; the read methods may be called concurrently from any goroutine.
 type FSM struct {

@@ -379,6 +379,11 @@ func TestFSM_SnapshotIsTheStateWhenTaken(t *testing.T) {
 	}
 }
 
+// wire is rec without its bookkeeping, as a snapshot holds it.
+func (rec *record) wire() record {
+	return record{Key: rec.Key, Name: rec.Name, Token: rec.Token, Now: rec.Now}
+}
+
 // windowAt is the dedupe window as a snapshot must hold it: the records
 // that are in their maps now, in order.
 func windowAt(f *FSM) (reqs, exps []record) {
@@ -463,5 +468,40 @@ func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
 	}
 	if !reflect.DeepEqual(st.Expired, wantExps) {
 		t.Errorf("persisted expired leases:\n got %+v\nwant %+v (the window at Snapshot)", st.Expired, wantExps)
+	}
+}
+
+// Persist writes the dedupe window by hand; the snapshot must still be what
+// encoding/json writes for the state, byte for byte (nodes of earlier
+// releases decode it), also for strings that JSON escapes.
+func TestFSM_SnapshotIsEncodingJSONsOutput(t *testing.T) {
+	h := newHarness(t)
+	odd := "q\"u\\o<t>e&\u00e9\x01"
+	h.apply(Command{Op: OpSetMember, Name: "n1", Holder: "127.0.0.1:7171"})
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	h.apply(acq("a", odd, "L"+odd, true))
+	h.apply(acq(odd, "r2", "L2", false))
+	h.apply(Command{Op: OpExpire, Name: "a", Token: g.Token}) // odd granted; L1 expired
+	h.apply(acq("b", "r3", "L3", false))
+	snap, err := h.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, exps := windowAt(h.f)
+	if len(reqs) != 4 || len(exps) != 1 {
+		t.Fatalf("window: %d requests, %d expired; want 4 and 1", len(reqs), len(exps))
+	}
+	s := snap.(*snapshot)
+	want := s.st
+	want.Requests, want.Expired = reqs, exps
+	var wantBuf, got bytes.Buffer
+	if err := json.NewEncoder(&wantBuf).Encode(want); err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Persist(&sink{Buffer: &got}); err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != wantBuf.String() {
+		t.Errorf("snapshot:\n got %s\nwant %s (encoding/json)", got.String(), wantBuf.String())
 	}
 }
