@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -66,18 +65,13 @@ type Observer interface {
 	Restored()
 }
 
-// record remembers one request id or one expired lease id. Its fields do not
-// change once it is in a map; a new outcome for the same key is a new record.
+// record is one remembered request id or expired lease id, as a snapshot
+// holds it (a window holds them in memory).
 type record struct {
 	Key   string             `json:"key"`
 	Name  fencelock.LockName `json:"name"`
 	Token fencelock.Token    `json:"token,omitempty"` // 0 while the request waits
 	Now   int64              `json:"now"`
-	// died is the FSM's count of dropped records when this one left its
-	// map (forgotten or replaced), 0 while it is there; read and written
-	// atomically, because a snapshot taken earlier reads it while entries
-	// apply (see Snapshot).
-	died uint64
 }
 
 // FSM is the replicated lock table. Apply, Snapshot and Restore are called by
@@ -88,14 +82,11 @@ type FSM struct {
 
 	mu       sync.RWMutex
 	locks    map[fencelock.LockName]*Lock
-	requests map[string]*record // request id -> outcome
-	reqOrder []*record
-	expired  map[fencelock.LeaseID]*record // lease id -> the expired grant
-	expOrder []*record
+	requests *window           // request id -> its lock and token (0 while it waits)
+	expired  *window           // lease id of an expired grant -> its lock and token
 	members  map[string]string // node id -> API address
 	applied  uint64
-	lastNow  int64  // the largest Command.Now applied: command time never goes back
-	drops    uint64 // records that left requests or expired so far (record.died)
+	lastNow  int64 // the largest Command.Now applied: command time never goes back
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -113,10 +104,8 @@ func New(window time.Duration, obs Observer) *FSM {
 
 func (f *FSM) reset() {
 	f.locks = make(map[fencelock.LockName]*Lock)
-	f.requests = make(map[string]*record)
-	f.reqOrder = nil
-	f.expired = make(map[fencelock.LeaseID]*record)
-	f.expOrder = nil
+	f.requests = newWindow()
+	f.expired = newWindow()
 	f.members = make(map[string]string)
 }
 
@@ -186,16 +175,16 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 }
 
 func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
-	if rec := f.requests[cmd.RequestID]; cmd.RequestID != "" && rec != nil && rec.Name == cmd.Name {
+	if tok, ok := f.requests.lookup(cmd.RequestID, string(cmd.Name)); cmd.RequestID != "" && ok {
 		l := f.locks[cmd.Name]
-		if rec.Token != 0 {
+		if tok != 0 {
 			// A retry of a granted request: the same grant, never a second one.
-			if l != nil && l.Holder != nil && l.Holder.Token == rec.Token {
+			if l != nil && l.Holder != nil && l.Holder.Token == fencelock.Token(tok) {
 				h := *l.Holder
 				return Result{Grant: &h}
 			}
 			return Result{Err: fmt.Errorf("acquire %q: request %s was granted token %d, which has ended: %w",
-				cmd.Name, cmd.RequestID, rec.Token, fencelock.ErrNotHolder)}
+				cmd.Name, cmd.RequestID, tok, fencelock.ErrNotHolder)}
 		}
 		if l != nil {
 			for _, w := range l.Waiters {
@@ -233,9 +222,8 @@ func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 	if l == nil || cmd.RequestID == "" {
 		return Result{Err: fmt.Errorf("cancel wait on %q: %w", cmd.Name, fencelock.ErrNotFound)}
 	}
-	if rec := f.requests[cmd.RequestID]; rec != nil && rec.Name == cmd.Name {
-		f.drop(rec)
-		delete(f.requests, cmd.RequestID)
+	if _, ok := f.requests.lookup(cmd.RequestID, string(cmd.Name)); ok {
+		f.requests.forget(cmd.RequestID)
 	}
 	for i, w := range l.Waiters {
 		if w.RequestID == cmd.RequestID {
@@ -258,12 +246,7 @@ func (f *FSM) end(index uint64, now int64, l *Lock, expired bool, events *[]even
 	l.Holder = nil
 	*events = append(*events, event{name: l.Name, ended: old.Token})
 	if expired {
-		rec := &record{Key: string(old.LeaseID), Name: l.Name, Token: old.Token, Now: now}
-		if prev := f.expired[old.LeaseID]; prev != nil {
-			f.drop(prev)
-		}
-		f.expired[old.LeaseID] = rec
-		f.expOrder = append(f.expOrder, rec)
+		f.expired.put(string(old.LeaseID), string(l.Name), uint64(old.Token), now)
 	}
 	if len(l.Waiters) > 0 {
 		w := l.Waiters[0]
@@ -289,55 +272,17 @@ func (f *FSM) remember(rid string, name fencelock.LockName, tok fencelock.Token,
 	if rid == "" {
 		return
 	}
-	rec := &record{Key: rid, Name: name, Token: tok, Now: now}
-	if prev := f.requests[rid]; prev != nil {
-		f.drop(prev)
-	}
-	f.requests[rid] = rec
-	f.reqOrder = append(f.reqOrder, rec)
-}
-
-// drop marks rec as leaving its map (it is deleted or replaced next) other
-// than by pruning: a snapshot taken before still holds it, one taken after
-// does not.
-func (f *FSM) drop(rec *record) {
-	f.drops++
-	atomic.StoreUint64(&rec.died, f.drops)
+	f.requests.put(rid, string(name), uint64(tok), now)
 }
 
 // prune forgets request ids and expired leases older than the window.
 func (f *FSM) prune(now int64) {
 	cut := now - f.window
-	n := 0
-	var keep []*record
-	for n < len(f.reqOrder) && f.reqOrder[n].Now < cut {
-		rec := f.reqOrder[n]
-		if f.requests[rec.Key] == rec {
-			// (No drop: a snapshot taken earlier holds this record in
-			// its part of the order, which pruning only cuts off ours.)
-			if rec.Token == 0 && f.queued(rec.Name, rec.Key) {
-				// Still waiting: its retries must keep finding it.
-				keep = append(keep, &record{Key: rec.Key, Name: rec.Name, Now: now})
-			} else {
-				delete(f.requests, rec.Key)
-			}
-		}
-		n++
-	}
-	f.reqOrder = f.reqOrder[n:]
-	for _, rec := range keep {
-		f.requests[rec.Key] = rec
-		f.reqOrder = append(f.reqOrder, rec)
-	}
-	n = 0
-	for n < len(f.expOrder) && f.expOrder[n].Now < cut {
-		rec := f.expOrder[n]
-		if f.expired[fencelock.LeaseID(rec.Key)] == rec {
-			delete(f.expired, fencelock.LeaseID(rec.Key))
-		}
-		n++
-	}
-	f.expOrder = f.expOrder[n:]
+	f.requests.prune(cut, now, func(rid, name string, token uint64) bool {
+		// Still waiting: its retries must keep finding it.
+		return token == 0 && f.queued(fencelock.LockName(name), rid)
+	})
+	f.expired.prune(cut, now, nil)
 }
 
 // queued reports whether request rid waits in name's queue.
@@ -384,7 +329,7 @@ func (f *FSM) Get(name fencelock.LockName) (Lock, bool) {
 func (f *FSM) Expired(id fencelock.LeaseID) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	_, ok := f.expired[id]
+	_, _, ok := f.expired.find(string(id))
 	return ok
 }
 

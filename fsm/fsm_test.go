@@ -181,7 +181,7 @@ func TestFSM_RequestIDDedupe(t *testing.T) {
 	// After the window, the id is forgotten.
 	h.now += int64(2 * time.Minute)
 	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
-	if _, ok := h.f.requests["r1"]; ok {
+	if _, _, ok := h.f.requests.find("r1"); ok {
 		t.Error("request id r1 is still remembered after the dedupe window")
 	}
 }
@@ -249,7 +249,7 @@ func TestFSM_SnapshotRestoreReplaces(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("restored locks\n got %+v\nwant %+v", got, want)
 	}
-	if !reflect.DeepEqual(other.f.requests, h.f.requests) || !other.f.Expired("L3") {
+	if !reflect.DeepEqual(contents(other.f.requests), contents(h.f.requests)) || !other.f.Expired("L3") {
 		t.Error("restored request ids or expired leases differ from the snapshot's")
 	}
 	if got, _ := other.f.MemberAPI("n1"); got != "127.0.0.1:7070" {
@@ -335,15 +335,25 @@ func TestFSM_CommandTimeNeverGoesBack(t *testing.T) {
 	c.Now = behind + int64(20*time.Minute)
 	live.apply(c)
 	restored.apply(c)
-	if got, want := keys(restored.f.requests), keys(live.f.requests); !reflect.DeepEqual(got, want) {
+	if got, want := keys(restored.f.requests), keys(live.f.requests); !reflect.DeepEqual(got, want) || len(got) == 0 {
 		t.Errorf("request ids differ between replicas: restored %v, live %v", got, want)
 	}
 }
 
-func keys(m map[string]*record) []string {
+// contents returns what w holds now, in order.
+func contents(w *window) []record {
+	var out []record
+	w.view().each(func(key, name []byte, token uint64, now int64) {
+		out = append(out, record{Key: string(key), Name: fencelock.LockName(name), Token: fencelock.Token(token), Now: now})
+	})
+	return out
+}
+
+// keys returns the keys w holds, sorted.
+func keys(w *window) []string {
 	var out []string
-	for k := range m {
-		out = append(out, k)
+	for _, rec := range contents(w) {
+		out = append(out, rec.Key)
 	}
 	sort.Strings(out)
 	return out
@@ -379,27 +389,12 @@ func TestFSM_SnapshotIsTheStateWhenTaken(t *testing.T) {
 	}
 }
 
-// wire is rec without its bookkeeping, as a snapshot holds it.
-func (rec *record) wire() record {
-	return record{Key: rec.Key, Name: rec.Name, Token: rec.Token, Now: rec.Now}
-}
-
 // windowAt is the dedupe window as a snapshot must hold it: the records
-// that are in their maps now, in order.
+// that are in it now, in order.
 func windowAt(f *FSM) (reqs, exps []record) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	for _, rec := range f.reqOrder {
-		if f.requests[rec.Key] == rec {
-			reqs = append(reqs, rec.wire())
-		}
-	}
-	for _, rec := range f.expOrder {
-		if f.expired[fencelock.LeaseID(rec.Key)] == rec {
-			exps = append(exps, rec.wire())
-		}
-	}
-	return reqs, exps
+	return contents(f.requests), contents(f.expired)
 }
 
 // Snapshot does not copy the dedupe window; Persist, running while later

@@ -63,7 +63,7 @@ func appendJSON(b []byte, c Command) ([]byte, bool) {
 
 // plainJSON reports whether json.Marshal writes s as it is: printable ASCII
 // without the quote, the backslash and the HTML characters it escapes.
-func plainJSON(s string) bool {
+func plainJSON[T string | []byte](s T) bool {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c < 0x20, c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':

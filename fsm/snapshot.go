@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/fencelock/fencelock"
 )
 
 // state is the snapshot's wire form.
@@ -25,12 +22,8 @@ type state struct {
 
 type snapshot struct {
 	st state // all but Requests and Expired
-	// The dedupe window as it was: the order slices at Snapshot (later
-	// entries append beyond their length or move them, never overwrite
-	// them) and the drop count then; a record is in the snapshot unless it
-	// left its map before (record.died).
-	reqs, exps []*record
-	drops      uint64
+	// The dedupe window as it was (see window).
+	reqs, exps windowView
 }
 
 // Snapshot captures the whole state. Raft calls it on the goroutine that
@@ -50,7 +43,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	for _, l := range f.locks {
 		st.Locks = append(st.Locks, l.clone())
 	}
-	return &snapshot{st: st, reqs: f.reqOrder, exps: f.expOrder, drops: f.drops}, nil
+	return &snapshot{st: st, reqs: f.requests.view(), exps: f.expired.view()}, nil
 }
 
 // Persist encodes the snapshot and writes it to sink: the JSON object that
@@ -81,27 +74,29 @@ func (s *snapshot) encode(w *bufio.Writer) error {
 	b = strconv.AppendUint(b, s.st.Applied, 10)
 	b = append(b, `,"locks":`...)
 	b = append(b, locks...)
+	var werr error
 	for _, part := range []struct {
-		key   string
-		order []*record
+		key  string
+		view windowView
 	}{{`,"requests":[`, s.reqs}, {`],"expired":[`, s.exps}} {
 		b = append(b, part.key...)
 		first := true
-		for _, rec := range part.order {
-			if died := atomic.LoadUint64(&rec.died); died != 0 && died <= s.drops {
-				continue // it had left its map when the snapshot was taken
+		part.view.each(func(key, name []byte, token uint64, now int64) {
+			if werr != nil {
+				return
 			}
 			if !first {
 				b = append(b, ',')
 			}
 			first = false
-			b = rec.appendJSON(b)
+			b = appendRecordJSON(b, key, name, token, now)
 			if len(b) >= 60<<10 {
-				if _, err := w.Write(b); err != nil {
-					return err
-				}
+				_, werr = w.Write(b)
 				b = b[:0]
 			}
+		})
+		if werr != nil {
+			return werr
 		}
 	}
 	b = append(b, ']')
@@ -120,34 +115,34 @@ func (s *snapshot) encode(w *bufio.Writer) error {
 	return err
 }
 
-// appendJSON appends rec as encoding/json writes it.
-func (rec *record) appendJSON(b []byte) []byte {
+// appendRecordJSON appends the record of key as encoding/json writes it.
+func appendRecordJSON(b, key, name []byte, token uint64, now int64) []byte {
 	b = append(b, `{"key":`...)
-	b = appendJSONString(b, rec.Key)
+	b = appendJSONString(b, key)
 	b = append(b, `,"name":`...)
-	b = appendJSONString(b, string(rec.Name))
-	if rec.Token != 0 {
+	b = appendJSONString(b, name)
+	if token != 0 {
 		b = append(b, `,"token":`...)
-		b = strconv.AppendUint(b, uint64(rec.Token), 10)
+		b = strconv.AppendUint(b, token, 10)
 	}
 	b = append(b, `,"now":`...)
-	b = strconv.AppendInt(b, rec.Now, 10)
+	b = strconv.AppendInt(b, now, 10)
 	return append(b, '}')
 }
 
 // appendJSONString appends s as encoding/json writes a string.
-func appendJSONString(b []byte, s string) []byte {
-	if plainJSON(s) {
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
+func appendJSONString(b, s []byte) []byte {
+	if !plainJSON(s) {
+		q, _ := json.Marshal(string(s)) // a string always encodes
+		return append(b, q...)
 	}
-	q, _ := json.Marshal(s) // a string always encodes
-	return append(b, q...)
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
-// Release does nothing: the snapshot holds copies and records that never
-// change.
+// Release does nothing: the snapshot holds copies, and views of the windows
+// that later entries never write over.
 func (s *snapshot) Release() {}
 
 // Restore replaces the whole state with the snapshot's; it never merges.
@@ -168,15 +163,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		l := st.Locks[i]
 		f.locks[l.Name] = &l
 	}
-	for i := range st.Requests {
-		rec := st.Requests[i]
-		f.requests[rec.Key] = &rec
-		f.reqOrder = append(f.reqOrder, &rec)
+	for _, rec := range st.Requests {
+		f.requests.put(rec.Key, string(rec.Name), uint64(rec.Token), rec.Now)
 	}
-	for i := range st.Expired {
-		rec := st.Expired[i]
-		f.expired[fencelock.LeaseID(rec.Key)] = &rec
-		f.expOrder = append(f.expOrder, &rec)
+	for _, rec := range st.Expired {
+		f.expired.put(rec.Key, string(rec.Name), uint64(rec.Token), rec.Now)
 	}
 	f.mu.Unlock()
 	if f.obs != nil {

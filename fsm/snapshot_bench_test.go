@@ -21,8 +21,8 @@ func BenchmarkFSM_Snapshot(b *testing.B) {
 		g := h.apply(acq("a", fmt.Sprintf("r%d", i), fmt.Sprintf("L%d", i), false)).Grant
 		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token})
 	}
-	if len(h.f.requests) != n {
-		b.Fatalf("%d request ids remembered, want %d", len(h.f.requests), n)
+	if h.f.requests.len() != n {
+		b.Fatalf("%d request ids remembered, want %d", h.f.requests.len(), n)
 	}
 	b.Run("Snapshot", func(b *testing.B) {
 		for b.Loop() {

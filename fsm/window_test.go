@@ -1,0 +1,125 @@
+package fsm
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/fencelock/fencelock"
+)
+
+// TestWindow_AgainstAMap runs random puts, forgets, lookups and prunes on a
+// window and on a plain map with an order list, and checks after each step
+// that both hold the same keys with the same outcomes, in the same order;
+// with the real hash, with a hash under which every key collides, and with
+// one of two values. Views taken along the way must still read what the
+// window held when they were taken, after everything that followed.
+func TestWindow_AgainstAMap(t *testing.T) {
+	hashes := map[string]func(maphash.Seed, string) uint64{
+		"maphash":  maphash.String,
+		"constant": func(maphash.Seed, string) uint64 { return 7 },
+		"two":      func(_ maphash.Seed, s string) uint64 { return uint64(len(s) % 2) },
+	}
+	for hname, hash := range hashes {
+		t.Run(hname, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			w := newWindow()
+			w.hash = hash
+			type outcome struct {
+				name  string
+				token uint64
+				now   int64
+			}
+			model := map[string]outcome{}
+			var order []string // keys in the order of their current outcome
+			type saved struct {
+				v    windowView
+				want []record
+			}
+			var views []saved
+			now := int64(1000)
+			check := func(step int) {
+				t.Helper()
+				var want []record
+				for _, k := range order {
+					o := model[k]
+					want = append(want, record{Key: k, Name: lockName(o.name), Token: tokenOf(o.token), Now: o.now})
+				}
+				if got := contents(w); !reflect.DeepEqual(got, want) {
+					t.Fatalf("step %d: window holds\n%+v\nwant\n%+v", step, got, want)
+				}
+				if w.len() != len(model) {
+					t.Fatalf("step %d: len %d, want %d", step, w.len(), len(model))
+				}
+			}
+			remove := func(k string) {
+				delete(model, k)
+				for i, o := range order {
+					if o == k {
+						order = append(order[:i], order[i+1:]...)
+						break
+					}
+				}
+			}
+			for step := range 4000 {
+				now += int64(rng.IntN(3))
+				key := fmt.Sprintf("k%d", rng.IntN(40))
+				name := fmt.Sprintf("n%d", rng.IntN(3))
+				switch op := rng.IntN(10); {
+				case op < 5:
+					tok := uint64(rng.IntN(3))
+					w.put(key, name, tok, now)
+					remove(key)
+					model[key] = outcome{name, tok, now}
+					order = append(order, key)
+				case op < 7:
+					if got, want := w.forget(key), model[key] != (outcome{}); got != want {
+						t.Fatalf("step %d: forget(%s) = %v, want %v", step, key, got, want)
+					}
+					remove(key)
+				case op < 9:
+					tok, ok := w.lookup(key, name)
+					o, in := model[key]
+					if want := in && o.name == name; ok != want || (ok && tok != o.token) {
+						t.Fatalf("step %d: lookup(%s, %s) = %d, %v; want %d, %v", step, key, name, tok, ok, o.token, want)
+					}
+				default:
+					cut := now - int64(rng.IntN(60))
+					keep := func(k, _ string, token uint64) bool { return token == 0 && len(k)%2 == 0 }
+					w.prune(cut, now, keep)
+					var again []string
+					for _, k := range append([]string(nil), order...) {
+						if o := model[k]; o.now < cut {
+							remove(k)
+							if keep(k, o.name, o.token) {
+								again = append(again, k)
+								model[k] = outcome{o.name, 0, now}
+							}
+						}
+					}
+					for _, k := range again {
+						order = append(order, k)
+					}
+				}
+				check(step)
+				if step%97 == 0 {
+					views = append(views, saved{w.view(), contents(w)})
+				}
+			}
+			for i, s := range views {
+				var got []record
+				s.v.each(func(key, name []byte, token uint64, now int64) {
+					got = append(got, record{Key: string(key), Name: lockName(string(name)), Token: tokenOf(token), Now: now})
+				})
+				if !reflect.DeepEqual(got, s.want) {
+					t.Fatalf("view %d no longer reads what the window held when it was taken:\n%+v\nwant\n%+v", i, got, s.want)
+				}
+			}
+		})
+	}
+}
+func lockName(s string) fencelock.LockName { return fencelock.LockName(s) }
+
+func tokenOf(t uint64) fencelock.Token { return fencelock.Token(t) }
