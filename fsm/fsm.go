@@ -175,7 +175,7 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 }
 
 func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
-	if tok, ok := f.requests.lookup(cmd.RequestID, string(cmd.Name)); cmd.RequestID != "" && ok {
+	if tok, ok := f.requests.lookup(cmd.RequestID, string(cmd.Name)); ok && cmd.RequestID != "" {
 		l := f.locks[cmd.Name]
 		if tok != 0 {
 			// A retry of a granted request: the same grant, never a second one.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"sort"
@@ -340,11 +341,13 @@ func TestFSM_CommandTimeNeverGoesBack(t *testing.T) {
 	}
 }
 
-// contents returns what w holds now, in order.
+// contents returns what w holds now, in order (an empty window as an empty
+// slice, as a snapshot writes it: [], not null).
 func contents(w *window) []record {
-	var out []record
-	w.view().each(func(key, name []byte, token uint64, now int64) {
+	out := []record{}
+	w.view().each(func(key, name []byte, token uint64, now int64) bool {
 		out = append(out, record{Key: string(key), Name: fencelock.LockName(name), Token: fencelock.Token(token), Now: now})
+		return true
 	})
 	return out
 }
@@ -470,6 +473,22 @@ func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
 // encoding/json writes for the state, byte for byte (nodes of earlier
 // releases decode it), also for strings that JSON escapes.
 func TestFSM_SnapshotIsEncodingJSONsOutput(t *testing.T) {
+	t.Run("empty", func(t *testing.T) {
+		f := New(time.Minute, nil)
+		snap, err := f.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bytes.Buffer
+		if err := snap.Persist(&sink{Buffer: &got}); err != nil {
+			t.Fatal(err)
+		}
+		// What the first release's Snapshot wrote for an empty FSM.
+		want := `{"applied":0,"locks":[],"requests":[],"expired":[],"last_now":0}` + "\n"
+		if got.String() != want {
+			t.Errorf("empty snapshot:\n got %s\nwant %s", got.String(), want)
+		}
+	})
 	h := newHarness(t)
 	odd := "q\"u\\o<t>e&\u00e9\x01"
 	h.apply(Command{Op: OpSetMember, Name: "n1", Holder: "127.0.0.1:7171"})
@@ -498,5 +517,65 @@ func TestFSM_SnapshotIsEncodingJSONsOutput(t *testing.T) {
 	}
 	if got.String() != wantBuf.String() {
 		t.Errorf("snapshot:\n got %s\nwant %s (encoding/json)", got.String(), wantBuf.String())
+	}
+}
+
+// Persist runs on Raft's snapshot goroutine while later entries apply and
+// change the windows it reads (records it must write replaced or
+// forgotten, new ids, pruning, the slices outgrowing their arrays): under
+// -race, this checks that they share nothing unsynchronised, and every
+// persisted snapshot must decode to the window at its Snapshot.
+func TestFSM_PersistWhileEntriesApply(t *testing.T) {
+	h := newHarness(t)
+	h.f = New(50*time.Millisecond, nil) // a short window, so that applies prune
+	for round := range 10 {
+		type held struct {
+			name fencelock.LockName
+			g    *Holder
+		}
+		var holders []held
+		for j := range 40 {
+			name := fencelock.LockName(fmt.Sprintf("h%d-%d", round, j))
+			g := h.apply(acq(string(name), fmt.Sprintf("g%d-%d", round, j), fmt.Sprintf("Lg%d-%d", round, j), false)).Grant
+			holders = append(holders, held{name, g})
+			for k := range 3 {
+				rid := fmt.Sprintf("q%d-%d-%d", round, j, k)
+				h.apply(acq(string(name), rid, "L"+rid, true))
+			}
+		}
+		snap, err := h.f.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantReqs, wantExps := windowAt(h.f)
+		done := make(chan error, 1)
+		var buf bytes.Buffer
+		go func() { done <- snap.Persist(&sink{Buffer: &buf}) }()
+		// Meanwhile: each holder releases (its first waiter is granted: that
+		// waiter's record is replaced) or expires, the second waiter gives
+		// up (its record forgotten), new ids arrive and time passes.
+		for j, hd := range holders {
+			if j%2 == 0 {
+				h.apply(Command{Op: OpRelease, Name: hd.name, LeaseID: hd.g.LeaseID, Token: hd.g.Token})
+			} else {
+				h.apply(Command{Op: OpExpire, Name: hd.name, Token: hd.g.Token})
+			}
+			h.apply(Command{Op: OpCancelWait, Name: hd.name, RequestID: fmt.Sprintf("q%d-%d-1", round, j)})
+			rid := fmt.Sprintf("x%d-%d", round, j)
+			h.apply(acq(rid, rid, "L"+rid, false))
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		snap.Release()
+		var st state
+		if err := json.Unmarshal(buf.Bytes(), &st); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(st.Requests, wantReqs) || !reflect.DeepEqual(st.Expired, wantExps) {
+			t.Fatalf("round %d: persisted window differs from the one at Snapshot (%d/%d requests, %d/%d expired)",
+				round, len(st.Requests), len(wantReqs), len(st.Expired), len(wantExps))
+		}
+		h.now += int64(100 * time.Millisecond) // the next round's applies prune this one's window
 	}
 }

@@ -81,10 +81,7 @@ func (s *snapshot) encode(w *bufio.Writer) error {
 	}{{`,"requests":[`, s.reqs}, {`],"expired":[`, s.exps}} {
 		b = append(b, part.key...)
 		first := true
-		part.view.each(func(key, name []byte, token uint64, now int64) {
-			if werr != nil {
-				return
-			}
+		part.view.each(func(key, name []byte, token uint64, now int64) bool {
 			if !first {
 				b = append(b, ',')
 			}
@@ -94,6 +91,7 @@ func (s *snapshot) encode(w *bufio.Writer) error {
 				_, werr = w.Write(b)
 				b = b[:0]
 			}
+			return werr == nil
 		})
 		if werr != nil {
 			return werr
@@ -141,9 +139,9 @@ func appendJSONString(b, s []byte) []byte {
 	return append(b, '"')
 }
 
-// Release does nothing: the snapshot holds copies, and views of the windows
-// that later entries never write over.
-func (s *snapshot) Release() {}
+// Release lets go of the views of the windows (old arrays the windows have
+// outgrown stay in memory while a snapshot views them).
+func (s *snapshot) Release() { s.reqs, s.exps = windowView{}, windowView{} }
 
 // Restore replaces the whole state with the snapshot's; it never merges.
 func (f *FSM) Restore(rc io.ReadCloser) error {

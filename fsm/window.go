@@ -182,13 +182,15 @@ func (w *window) view() windowView {
 }
 
 // each calls fn with every key that was in the window when v was taken, in
-// order.
-func (v windowView) each(fn func(key, name []byte, token uint64, now int64)) {
+// order, until fn returns false.
+func (v windowView) each(fn func(key, name []byte, token uint64, now int64) bool) {
 	for i := range v.slots {
 		s := &v.slots[i]
 		if died := atomic.LoadUint64(&s.died); died != 0 && died <= v.drops {
 			continue
 		}
-		fn(keyOf(v.bytes, v.off, s), nameOf(v.bytes, v.off, s), s.token, s.now)
+		if !fn(keyOf(v.bytes, v.off, s), nameOf(v.bytes, v.off, s), s.token, s.now) {
+			return
+		}
 	}
 }

@@ -42,7 +42,7 @@ func TestWindow_AgainstAMap(t *testing.T) {
 			now := int64(1000)
 			check := func(step int) {
 				t.Helper()
-				var want []record
+				want := []record{}
 				for _, k := range order {
 					o := model[k]
 					want = append(want, record{Key: k, Name: lockName(o.name), Token: tokenOf(o.token), Now: o.now})
@@ -109,9 +109,10 @@ func TestWindow_AgainstAMap(t *testing.T) {
 				}
 			}
 			for i, s := range views {
-				var got []record
-				s.v.each(func(key, name []byte, token uint64, now int64) {
+				got := []record{}
+				s.v.each(func(key, name []byte, token uint64, now int64) bool {
 					got = append(got, record{Key: string(key), Name: lockName(string(name)), Token: tokenOf(token), Now: now})
+					return true
 				})
 				if !reflect.DeepEqual(got, s.want) {
 					t.Fatalf("view %d no longer reads what the window held when it was taken:\n%+v\nwant\n%+v", i, got, s.want)
