@@ -37,6 +37,15 @@ func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, t
 // Release ends a grant by its name, lease id and token. Lock.Release calls
 // it. Errors: fencelock.ErrNotHolder if that grant is not current.
 func (c *Client) Release(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) error {
+	return c.release(ctx, name, id, token, true)
+}
+
+// release is Release. With heldTill (the holder believed in the lease
+// until now), a NotHolder answer after an attempt whose outcome is unknown
+// counts as that attempt's success; without it (the lease was already
+// lost), the grant may as well have ended by expiry, and NotHolder is
+// returned.
+func (c *Client) release(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token, heldTill bool) error {
 	unknown := false // an earlier attempt may have released it without our hearing
 	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		err := ep.release(ctx, &fencelockv1.ReleaseRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
@@ -45,7 +54,7 @@ func (c *Client) Release(ctx context.Context, name string, id fencelock.LeaseID,
 		}
 		return err
 	})
-	if err != nil && unknown && errors.Is(err, fencelock.ErrNotHolder) {
+	if err != nil && unknown && heldTill && errors.Is(err, fencelock.ErrNotHolder) {
 		return nil
 	}
 	if err != nil {

@@ -36,6 +36,8 @@ type Config struct {
 	RetryBackoff, MaxRetryBackoff time.Duration
 	// RetryTimeout bounds how long one call keeps retrying when the service
 	// is unreachable or leaderless, whatever the caller's context allows.
+	// It counts from the call's first failure: an Acquire that waited in the
+	// queue for longer is still retried when its node goes away.
 	RetryTimeout time.Duration
 	// AttemptTimeout bounds one attempt on one endpoint (plus the queue
 	// wait, for Acquire), so that a node that hangs (paused, partitioned)
@@ -198,7 +200,7 @@ func (c *Client) call(ctx context.Context, fn func(context.Context, fencelockv1c
 // plus extra.
 func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx context.Context, ep *endpoint) error) error {
 	backoff := c.cfg.RetryBackoff
-	giveUp := time.Now().Add(c.cfg.RetryTimeout)
+	var giveUp time.Time     // set at the first failure: an attempt may rightly last long (a wait)
 	failed := map[int]bool{} // endpoints that did not answer in this call
 	for attempt := 0; ; attempt++ {
 		eps := *c.eps.Load()
@@ -216,7 +218,9 @@ func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx co
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
 		}
-		if time.Now().After(giveUp) {
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(c.cfg.RetryTimeout)
+		} else if time.Now().After(giveUp) {
 			return fmt.Errorf("gave up after %v of retries: %w", c.cfg.RetryTimeout, err)
 		}
 		c.cfg.Logger.Debug("call failed; retrying", "endpoint", eps[i].host, "attempt", attempt+1, "err", err)

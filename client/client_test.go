@@ -555,3 +555,40 @@ func TestClient_WaitLongerThanTheNodeAllows(t *testing.T) {
 		t.Fatalf("after the wait ended, the lock still has waiters %+v, want none", li.Waiters)
 	}
 }
+
+// TestAcquire_OwnRequestIDLeaseCountsFromARenewal: with the caller's own
+// request id, Acquire can return a grant made long before the call (by a
+// process that used the id and died). The Lock must not believe in the
+// lease longer than the node does: its deadline comes from a renewal made
+// by this call, not from the call's start.
+func TestAcquire_OwnRequestIDLeaseCountsFromARenewal(t *testing.T) {
+	addr := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const ttl = 3 * time.Second
+	first := quietClient(t, addr)
+	l1, err := first.Acquire(ctx, "own-id", client.WithTTL(ttl), client.WithRequestID("job-42"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close() // the process dies: no more renewals
+	time.Sleep(ttl / 2)
+	again := quietClient(t, addr)
+	defer again.Close()
+	l2, err := again.Acquire(ctx, "own-id", client.WithTTL(ttl), client.WithRequestID("job-42"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(ctx)
+	if l2.Token() != l1.Token() {
+		t.Fatalf("token %d, want the first process's grant %d", l2.Token(), l1.Token())
+	}
+	li, err := again.Describe(ctx, "own-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Deadline().After(li.Expires) {
+		t.Errorf("the Lock believes in its lease until %v, %v after the node lets it expire (%v)",
+			l2.Deadline().Format(time.StampMilli), l2.Deadline().Sub(li.Expires), li.Expires.Format(time.StampMilli))
+	}
+}

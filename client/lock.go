@@ -57,7 +57,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	}
 	// A grant returned for this request id may have been made at any point
 	// since the first attempt (a retry, or a later wait chunk, can return a
-	// grant made earlier), so the lease counts from here.
+	// grant made earlier), so the lease counts from here. With the caller's
+	// own id it may be older still (an earlier Acquire, or another process,
+	// used the id): its lease counts only from a renewal (below).
 	first := time.Now()
 	// The wait ends at end (zero: only when ctx ends). One call waits at
 	// most waitChunk, and a node may end a call sooner (its --max-wait); the
@@ -78,6 +80,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 	var (
 		settle   sync.Mutex
 		returned bool      // Acquire returns the grant
+		quit     bool      // Acquire returns an error: nothing will ask for the request again
 		taken    bool      // a take-back started
 		found    bool      // a take-back found the request and ended it
 		running  bool      // a take-back is under way
@@ -94,7 +97,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 		if by.After(landBy) {
 			landBy = by
 		}
-		if returned || found || ctx.Err() == nil {
+		if returned || found || ctx.Err() == nil && !quit {
 			settle.Unlock()
 			return
 		}
@@ -124,11 +127,16 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			time.Sleep(d)
 		}
 	}
-	// gaveUp ends Acquire after the caller's context ended: whatever an
-	// attempt left on the node (a place in the queue, a grant) is taken
-	// back, and a new Acquire with the caller's own request id waits until
-	// the late answers that could still start a take-back are in.
+	// gaveUp ends Acquire with err when nothing will ask for the request
+	// again (the caller's context ended, or the retries ran out with the
+	// outcome unknown): whatever an attempt left on the node (a place in
+	// the queue, a grant) is taken back, and a new Acquire with the
+	// caller's own request id waits until the late answers that could
+	// still start a take-back are in.
 	gaveUp := func(err error) (*Lock, error) {
+		settle.Lock()
+		quit = true
+		settle.Unlock()
 		if ownID {
 			time.AfterFunc(c.cfg.AttemptTimeout+landGrace, c.holdRequestID(o.requestID))
 		}
@@ -166,15 +174,23 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			if g == nil || g.Token == 0 {
 				return nil, fmt.Errorf("acquire %q: service returned no grant: %w", name, fencelock.ErrUnavailable)
 			}
-			if time.Since(start) > o.margin {
+			if ownID || time.Since(start) > o.margin {
 				// Queued or retried: the lease began at some unknown point
-				// after start. Renew at once so the lease context counts from
+				// after start (with the caller's own id, at any point
+				// before). Renew at once so the lease context counts from
 				// a known point.
 				now := time.Now()
-				if _, err := c.Renew(ctx, name, fencelock.LeaseID(g.LeaseId), fencelock.Token(g.Token)); err == nil {
+				_, err := c.Renew(ctx, name, fencelock.LeaseID(g.LeaseId), fencelock.Token(g.Token))
+				switch {
+				case err == nil:
 					start = now
-				} else if errors.Is(err, fencelock.ErrNotHolder) || errors.Is(err, fencelock.ErrLeaseExpired) {
+				case errors.Is(err, fencelock.ErrNotHolder) || errors.Is(err, fencelock.ErrLeaseExpired):
 					return nil, fmt.Errorf("acquire %q: grant lost before use: %w", name, err)
+				case ownID:
+					// The grant may be older than this call: without a
+					// renewal its lease has no known start. Asking again
+					// with the same id returns it.
+					return nil, fmt.Errorf("acquire %q: token %d granted, but its renewal failed: %w", name, g.Token, err)
 				}
 			}
 			return c.newLock(g, start, o.margin), nil
@@ -183,7 +199,14 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 			return gaveUp(fmt.Errorf("acquire %q: %w", name, err))
 		}
 		if !errors.Is(err, fencelock.ErrLockHeld) || wait <= 0 {
-			return nil, fmt.Errorf("acquire %q: %w", name, err)
+			err = fmt.Errorf("acquire %q: %w", name, err)
+			if retryable(err) {
+				// The retries ran out and the last attempts' outcome is
+				// unknown: the request may wait in the queue, or hold a
+				// grant, for nobody.
+				return gaveUp(err)
+			}
+			return nil, err
 		}
 		if ctx.Err() == nil && (end.IsZero() || time.Until(end) > 0) {
 			// The call ran out before the wait did: ask again (after a
@@ -367,7 +390,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.timer.Stop()
 	pending := l.renewal.Stop()
-	l.cancel(ErrReleased) // no renewal is scheduled after this
+	held := l.ctx.Err() == nil // not lost before this call
+	l.cancel(ErrReleased)      // no renewal is scheduled after this
 	l.mu.Unlock()
 	if !pending {
 		// A renewal may be under way (its call ends with the context):
@@ -375,7 +399,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.renewing.Lock()
 		l.renewing.Unlock() // renew has returned
 	}
-	return l.c.Release(ctx, l.name, l.leaseID, l.token)
+	return l.c.release(ctx, l.name, l.leaseID, l.token, held)
 }
 
 // Do runs fn while holding the named lock: it acquires (with opts), calls fn
