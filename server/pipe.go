@@ -124,7 +124,9 @@ func (p *pipe) serve(br *bufio.Reader) error {
 		case req.Cancel != 0:
 			p.cancel(req.Cancel)
 		case req.Acquire != nil:
-			p.wait(req)
+			if err := p.wait(req); err != nil {
+				return err
+			}
 		default:
 			sem <- struct{}{}
 			// The entries are proposed here, before the next frame is read:
@@ -145,8 +147,12 @@ func (p *pipe) send(resp *fencelockv1.PipeResponse) {
 }
 
 // wait runs an acquire request as the Acquire method would, in its own
-// goroutine, until it is answered, cancelled or the pipe closes.
-func (p *pipe) wait(req *fencelockv1.PipeRequest) {
+// goroutine, until it is answered, cancelled or the pipe closes. A frame id
+// already waiting is an error that ends the pipe (its cancel frames could
+// not say which wait they end); a wait past maxPipeWaits is refused, by
+// the reader itself, so that a client that sends them without reading the
+// answers stops being read.
+func (p *pipe) wait(req *fencelockv1.PipeRequest) error {
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if d := req.GetTimeout().AsDuration(); req.Timeout != nil && d > 0 {
@@ -155,17 +161,22 @@ func (p *pipe) wait(req *fencelockv1.PipeRequest) {
 		ctx, cancel = context.WithCancel(p.ctx)
 	}
 	p.mu.Lock()
+	_, reused := p.waits[req.Id]
 	full := len(p.waits) >= maxPipeWaits
-	if !full {
+	if !reused && !full {
 		p.waits[req.Id] = cancel
 	}
 	p.mu.Unlock()
+	if reused {
+		cancel()
+		return fmt.Errorf("acquire frame id %d sent again while its wait goes on: %w", req.Id, fencelock.ErrInvalidArgument)
+	}
 	if full {
 		cancel()
 		err := fmt.Errorf("%d acquire calls wait on this pipe already: %w", maxPipeWaits, fencelock.ErrUnavailable)
 		(*api)(p.s).count("Acquire", err)
-		go p.send(&fencelockv1.PipeResponse{Id: req.Id, Error: wire.ToBatchError(err)})
-		return
+		p.send(&fencelockv1.PipeResponse{Id: req.Id, Error: wire.ToBatchError(err)})
+		return nil
 	}
 	go func() {
 		defer func() {
@@ -182,6 +193,7 @@ func (p *pipe) wait(req *fencelockv1.PipeRequest) {
 		}
 		p.send(&fencelockv1.PipeResponse{Id: req.Id, Acquire: acquireResponse(g)})
 	}()
+	return nil
 }
 
 // cancel ends the wait of acquire request id: its caller gave up.
