@@ -297,6 +297,25 @@ func (f *FSM) queued(name fencelock.LockName, rid string) bool {
 	return false
 }
 
+// QueuedRequest is one request waiting in a lock's queue.
+type QueuedRequest struct {
+	Name      fencelock.LockName
+	RequestID string
+}
+
+// QueuedRequests returns every request waiting in a queue.
+func (f *FSM) QueuedRequests() []QueuedRequest {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []QueuedRequest
+	for n, l := range f.locks {
+		for _, w := range l.Waiters {
+			out = append(out, QueuedRequest{Name: n, RequestID: w.RequestID})
+		}
+	}
+	return out
+}
+
 // Queued reports whether request rid waits in name's queue.
 func (f *FSM) Queued(name fencelock.LockName, rid string) bool {
 	f.mu.RLock()

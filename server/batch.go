@@ -239,6 +239,14 @@ func (s *Server) expectClaim(name fencelock.LockName, rid string) {
 			return
 		}
 		time.Sleep(claimRecheck)
+		// Look and mark at once: a call that comes for the request from
+		// now until the cancel commits is told to ask again, or it could be
+		// handed a grant (a release applied meanwhile) that the cancel
+		// then ends.
+		if !s.waiters.beginUnclaimedCancel(name, rid) {
+			return
+		}
+		defer s.waiters.endCancel(name, rid)
 		if !unclaimed() {
 			return
 		}
@@ -248,7 +256,6 @@ func (s *Server) expectClaim(name fencelock.LockName, rid string) {
 		if err != nil || res.Err != nil {
 			return
 		}
-		s.waiters.drop(name, rid) // a call that came for it just now asks again
 		s.log.Info("dropped a queued request nobody waited for", "lock", name, "request", rid)
 	})
 }

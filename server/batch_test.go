@@ -214,6 +214,46 @@ func TestServer_UnclaimedQueuedRequestIsDropped(t *testing.T) {
 	}
 }
 
+// TestServer_NewLeaderDropsUnclaimedQueuedRequests: a leader that takes
+// over (here: the one node, restarted) gives every queued request the claim
+// window too. A request queued before the change whose client died is
+// dropped instead of being granted to nobody; until the window ends it
+// keeps its place, for a client that comes back to wait for it.
+func TestServer_NewLeaderDropsUnclaimedQueuedRequests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the 10 s claim window")
+	}
+	srv := testproc.StartServer(t)
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
+	ctx := ctxFor(t, 60*time.Second)
+	holder := acquireItem("orphan", "h", 0)
+	holder.GetAcquire().Ttl = durationpb.New(time.Minute) // outlives the claim window
+	batch(t, rpc, holder)
+	if q := batch(t, rpc, acquireItem("orphan", "gone", time.Minute))[0]; q.GetQueued() == nil {
+		t.Fatalf("waiter = %v, want queued", q)
+	}
+	srv.Kill9() // before the claim window of the leader that queued it
+	srv.Start()
+	restarted := time.Now()
+	waiters := func() int {
+		resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: "orphan"}))
+		if err != nil {
+			t.Fatalf("describe: %v", wire.FromConnect(err))
+		}
+		return len(resp.Msg.Lock.Waiters)
+	}
+	time.Sleep(3 * time.Second)
+	if n := waiters(); n != 1 {
+		t.Fatalf("%d waiters 3 s after the new leader took over, want the request still queued within its claim window", n)
+	}
+	for waiters() != 0 {
+		if time.Since(restarted) > 20*time.Second {
+			t.Fatalf("the unclaimed request is still queued 20 s after the new leader took over")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestServer_LongWaitKeepsItsPlace: a client splits a long wait into calls
 // (here cut to 1 s by --max-wait); when one runs out, the request keeps its
 // place in the queue, so a request queued after it stays after it. Without

@@ -228,7 +228,15 @@ func (s *Server) becomeReady(epoch uint64) {
 	if !ok {
 		return
 	}
-	s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "term", s.raft.Stats()["term"])
+	// Queued requests get a claim window, as on the leader that queued
+	// them: one whose client died meanwhile would otherwise be granted to
+	// nobody. A client still there comes to wait for its request within
+	// the window (its call to the old leader ended with not_leader).
+	queued := s.fsm.QueuedRequests()
+	for _, q := range queued {
+		s.expectClaim(q.Name, q.RequestID)
+	}
+	s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "queued", len(queued), "term", s.raft.Stats()["term"])
 	s.recordAPIAddr()
 }
 

@@ -95,7 +95,21 @@ func (w *waiters) beginCancel(name fencelock.LockName, rid string, seq uint64) b
 	return true
 }
 
-// endCancel ends what beginCancel began.
+// beginUnclaimedCancel reports whether no call waits for request rid; if
+// so, calls that come for it are refused until endCancel, so that none is
+// handed a grant that the cancel then ends.
+func (w *waiters) beginUnclaimedCancel(name fencelock.LockName, rid string) bool {
+	k := waiterKey(name, rid)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.m[k]) > 0 {
+		return false
+	}
+	w.cancelling[k]++
+	return true
+}
+
+// endCancel ends what beginCancel or beginUnclaimedCancel began.
 func (w *waiters) endCancel(name fencelock.LockName, rid string) {
 	k := waiterKey(name, rid)
 	w.mu.Lock()

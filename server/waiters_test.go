@@ -68,3 +68,33 @@ func TestWaiters_ForgetRequestsNobodyWaitsFor(t *testing.T) {
 		t.Fatalf("left behind: came %v, cancelling %v, waiting %v", w.came, w.cancelling, w.m)
 	}
 }
+
+// TestWaiters_UnclaimedCancelLooksAndMarksAtOnce: the node's drop of a
+// queued request nobody claimed starts only if no call waits for it, and
+// from then until it ends, calls that come for the request (waiting or
+// batched) are told to ask again, so none is handed a grant the drop then
+// ends.
+func TestWaiters_UnclaimedCancelLooksAndMarksAtOnce(t *testing.T) {
+	w := newWaiters()
+	ch, _, err := w.add("l", "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.beginUnclaimedCancel("l", "r") {
+		t.Fatal("a drop began although a call waits for the request")
+	}
+	w.remove("l", "r", ch)
+	if !w.beginUnclaimedCancel("l", "r") {
+		t.Fatal("no call waits, yet the drop may not begin")
+	}
+	if _, _, err := w.add("l", "r"); !errors.Is(err, errBeingCancelled) {
+		t.Fatalf("a call that waits during the drop: %v, want errBeingCancelled", err)
+	}
+	if err := w.arrived("l", "r"); !errors.Is(err, errBeingCancelled) {
+		t.Fatalf("a batched call during the drop: %v, want errBeingCancelled", err)
+	}
+	w.endCancel("l", "r")
+	if _, _, err := w.add("l", "r"); err != nil {
+		t.Fatalf("a call after the drop: %v", err)
+	}
+}
