@@ -38,5 +38,10 @@ func WithSafetyMargin(d time.Duration) Option { return func(o *acquireOptions) {
 func WithHolder(h string) Option { return func(o *acquireOptions) { o.holder = h } }
 
 // WithRequestID sets the request id (default random). Two Acquires with the
-// same id within the service's dedupe window get the same grant.
+// same id within the service's dedupe window get the same grant. Such a
+// grant may be older than the call (a process that used the id and died),
+// so Acquire renews it before returning, and the Lock's lease counts from
+// that renewal. Use a different id for each lock: the service remembers a
+// request id for one lock at a time, and an id reused on a second lock no
+// longer finds its grant on the first.
 func WithRequestID(id string) Option { return func(o *acquireOptions) { o.requestID = id } }
