@@ -347,8 +347,10 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 	// lone slot: it may be out for long, and others' calls may go alone.
 	contended := ep.batch != nil && req.Wait.AsDuration() > 0 && ep.batch.contended(req.Name)
 	alone := ep.batch != nil && !contended && ep.batch.goAlone()
+	doneAlone := func() {}
 	if alone {
-		defer ep.batch.doneAlone()
+		doneAlone = sync.OnceFunc(ep.batch.doneAlone)
+		defer doneAlone()
 	}
 	if ep.batch != nil && !contended {
 		item := &fencelockv1.BatchItem{Op: &fencelockv1.BatchItem_Acquire{Acquire: req}}
@@ -367,6 +369,11 @@ func (ep *endpoint) acquire(ctx context.Context, req *fencelockv1.AcquireRequest
 				}
 				late(res, nil)
 			})
+			if ok {
+				// Answered: a wait that follows (the request queued) must
+				// not keep other calls from going alone meanwhile.
+				doneAlone()
+			}
 		} else {
 			res, ok, err = ep.batched(ctx, item, late)
 		}

@@ -94,3 +94,66 @@ func TestAcquire_RetryWithOwnRequestIDWaitsForTheTakeBack(t *testing.T) {
 		t.Fatalf("release of the retry's grant: %v", err)
 	}
 }
+
+// TestAcquire_WaitDoesNotHoldTheLoneSlot: an Acquire that went alone (on
+// the pipe, from the caller's goroutine) and found the lock held waits
+// without holding the client's one lone slot, so other calls meanwhile
+// still go alone instead of through the batcher's goroutine.
+func TestAcquire_WaitDoesNotHoldTheLoneSlot(t *testing.T) {
+	srv := testproc.StartServer(t)
+	newClient := func() *Client {
+		cfg := DefaultConfig(srv.Addr)
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c, err := NewFromConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c, other := newClient(), newClient()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder, err := other.Acquire(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "busy") // not known as contended: goes alone
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		waited <- err
+	}()
+	for {
+		li, err := other.Describe(ctx, "busy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(li.Waiters) == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ep := (*c.eps.Load())[0]
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ep.batch.mu.Lock()
+		alone := ep.batch.alone
+		ep.batch.mu.Unlock()
+		if alone == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting Acquire still holds the lone slot 5 s into its wait")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+}
