@@ -1,14 +1,15 @@
 // Package redis fences writes to Redis when Redis is the protected resource:
 // each write runs in one Lua script that checks the fence domain's highest
-// token, raises it, and performs the write (SET, HSET or DEL), so no other
+// token, performs the write (SET, HSET or DEL) and raises it, so no other
 // command can slip between check and write.
 //
 // # Guarantees
 //
 // A write is applied if and only if its token is at least the highest token
 // its domain has accepted; the domain's highest token (a string key,
-// "fencelock:fence:{DOMAIN}" by default) is raised before the write in the
-// same script. A refused write changes nothing and returns a
+// "fencelock:fence:{DOMAIN}" by default) is raised in the same script, after
+// the write succeeded (a write Redis refuses, such as HSET on a string key,
+// leaves it as it was). A refused write changes nothing and returns a
 // *fencelock.StaleTokenError. Tokens are compared as decimal strings, so the
 // full uint64 range is exact (Lua numbers are not).
 //
@@ -23,5 +24,7 @@
 // touches must hash to one slot: the fence key carries the domain as a hash
 // tag, so name your data keys with the same tag, e.g. "{order:42}:status".
 // Only writes made through Fence are fenced: a plain SET elsewhere bypasses
-// the check.
+// the check. The fence keys have no expiry: with a maxmemory-policy that
+// evicts any key (allkeys-*), Redis may evict one and readmit a stale
+// holder, so use noeviction or a volatile-* policy.
 package redis

@@ -22,8 +22,10 @@ const DefaultKeyPrefix = "fencelock:fence:"
 // KEYS[1] is the domain's fence key, KEYS[2..] the keys the write touches.
 // ARGV[1] is the token in decimal, ARGV[2] the operation (check, set, hset,
 // del), ARGV[3..] its arguments. It returns {1, token} when applied and
-// {0, highest} when the token is stale. Everything is validated before the
-// first write, because Redis does not undo a script's writes on error.
+// {0, highest} when the token is stale. Redis does not undo a script's
+// writes on error, so everything is validated before the first write, and
+// the highest token is raised last, after the write (one command, which
+// either happens or fails) succeeded.
 var fencedWrite = goredis.NewScript(`
 local function less(a, b)
   if #a ~= #b then return #a < #b end
@@ -40,9 +42,6 @@ local highest = redis.call('GET', KEYS[1])
 if highest and less(token, highest) then
   return {0, highest}
 end
-if not highest or less(highest, token) then
-  redis.call('SET', KEYS[1], token)
-end
 if op == 'set' then
   if ARGV[4] ~= '0' then
     redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
@@ -53,6 +52,9 @@ elseif op == 'hset' then
   redis.call('HSET', KEYS[2], unpack(ARGV, 3))
 elseif op == 'del' then
   redis.call('DEL', unpack(KEYS, 2))
+end
+if not highest or less(highest, token) then
+  redis.call('SET', KEYS[1], token)
 end
 return {1, token}
 `)

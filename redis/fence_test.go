@@ -240,3 +240,22 @@ func TestFence_Set_expiration(t *testing.T) {
 		t.Fatalf("Set with a negative expiration returned %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestFence_FailedWriteLeavesTheFenceAlone: a write the data command
+// refuses (here HSET on a key holding a string) does not raise the domain's
+// highest token: the caller saw an error, and Redis does not undo a
+// script's earlier writes, so the fence is raised only after the write.
+func TestFence_FailedWriteLeavesTheFenceAlone(t *testing.T) {
+	tr := newTestRedis(t)
+	ctx := t.Context()
+	f := tr.fence()
+	if err := f.Set(ctx, "d", 40, tr.prefix+"s", "a string", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.HSet(ctx, "d", 50, tr.prefix+"s", map[string]any{"f": "v"}); err == nil {
+		t.Fatal("HSET on a string key succeeded")
+	}
+	if h, err := f.Highest(ctx, "d"); err != nil || h != 40 {
+		t.Fatalf("highest after the failed write = %d, %v; want 40, as before it", h, err)
+	}
+}
