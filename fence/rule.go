@@ -2,6 +2,7 @@ package fence
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/fencelock/fencelock"
 )
@@ -27,8 +28,15 @@ func Admit(domain string, highest, token fencelock.Token) error {
 }
 
 // ValidateDomain reports whether domain can name a fence domain: non-empty,
-// at most MaxDomainLen bytes, valid UTF-8, without control characters. The
-// error wraps fencelock.ErrInvalidName.
+// at most MaxDomainLen bytes, valid UTF-8, without control characters, and
+// not beginning or ending with white space (an HTTP header drops it, so one
+// name would be two domains). The error wraps fencelock.ErrInvalidName.
 func ValidateDomain(domain string) error {
-	return fencelock.ValidateText("fence domain", domain, MaxDomainLen)
+	if err := fencelock.ValidateText("fence domain", domain, MaxDomainLen); err != nil {
+		return err
+	}
+	if strings.TrimSpace(domain) != domain {
+		return fmt.Errorf("fence domain %q begins or ends with white space: %w", domain, fencelock.ErrInvalidName)
+	}
+	return nil
 }

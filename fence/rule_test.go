@@ -54,6 +54,9 @@ func TestValidateDomain(t *testing.T) {
 		{name: "NUL", domain: "a\x00b", wantErr: true},
 		{name: "newline", domain: "a\nb", wantErr: true},
 		{name: "invalid UTF-8", domain: "a\xffb", wantErr: true},
+		{name: "leading space", domain: " reports", wantErr: true},
+		{name: "trailing space", domain: "reports ", wantErr: true},
+		{name: "inner space", domain: "monthly reports"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

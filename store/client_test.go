@@ -31,6 +31,8 @@ func TestClient_Put(t *testing.T) {
 		{name: "no token", key: "r", token: 0, wantErr: fencelock.ErrMissingToken},
 		{name: "invalid key", key: "a/../r", token: 35, wantErr: fencelock.ErrInvalidName},
 		{name: "invalid domain", key: "r", token: 35, opts: []store.WriteOption{store.WithDomain("a\x00b")}, wantErr: fencelock.ErrInvalidName},
+		{name: "domain with a trailing space", key: "r", token: 35, opts: []store.WriteOption{store.WithDomain("r ")}, wantErr: fencelock.ErrInvalidName},
+		{name: "another domain than the object's", key: "r", token: 35, opts: []store.WriteOption{store.WithDomain("lock")}, wantErr: fencelock.ErrInvalidArgument},
 		{name: "too large", key: "r", token: 35, body: strings.Repeat("x", 65), wantErr: fencelock.ErrTooLarge},
 		{name: "If-Match fails", key: "r", token: 35, opts: []store.WriteOption{store.WithIfMatch(`"99"`)}, wantErr: fencelock.ErrPreconditionFailed},
 		{name: "create-only on an existing key", key: "r", token: 35, opts: []store.WriteOption{store.WithCreateOnly()}, wantErr: fencelock.ErrPreconditionFailed},
@@ -274,5 +276,33 @@ func TestClient_Put_idempotencyKeyExpires(t *testing.T) {
 			t.Fatalf("no expired answer was swept within 10 s:\n%s", body)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestServer_ObjectStaysInItsDomain: an object's versions are fenced in the
+// domain its current version was written in. A stale holder that names
+// another domain (or none, which means the key) is refused, not checked
+// against a domain nobody raised; so is a delete in another domain.
+func TestServer_ObjectStaysInItsDomain(t *testing.T) {
+	ts := startStore(t, store.DefaultConfig())
+	ctx := t.Context()
+	if _, err := ts.client.Put(ctx, "reports/report.pdf", 34, strings.NewReader("B"), store.WithDomain("reports")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.client.Put(ctx, "reports/report.pdf", 33, strings.NewReader("A, stale")); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("stale Put in the key's own domain = %v, want an error wrapping ErrInvalidArgument", err)
+	}
+	if err := ts.client.Delete(ctx, "reports/report.pdf", 33, store.WithDomain("other")); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("Delete in another domain = %v, want an error wrapping ErrInvalidArgument", err)
+	}
+	if got, info, err := ts.client.Get(ctx, "reports/report.pdf"); err != nil || string(got) != "B" || info.Token != 34 {
+		t.Fatalf("the object is %q (token %d, %v), want B's version (token 34)", got, info.Token, err)
+	}
+	// Moving it: delete in its domain, then write in the new one.
+	if err := ts.client.Delete(ctx, "reports/report.pdf", 34, store.WithDomain("reports")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.client.Put(ctx, "reports/report.pdf", 1, strings.NewReader("C")); err != nil {
+		t.Fatalf("Put after the delete, in the key's domain: %v", err)
 	}
 }

@@ -9,8 +9,11 @@
 // header, by default the object key itself). The store applies fence.Admit
 // and the write in one bbolt transaction: a write is stored if and only if its
 // token is at least the highest token its domain has accepted, and that token
-// becomes the domain's highest in the same commit. A refused write stores
-// nothing and changes no highest token. Highest tokens and objects are on disk
+// becomes the domain's highest in the same commit. A PUT or DELETE of an
+// existing object must name the domain its current version was written in
+// (otherwise a stale holder could name a domain nobody raised); a write
+// naming another is refused with fencelock.ErrInvalidArgument. A refused
+// write stores nothing and changes no highest token. Highest tokens and objects are on disk
 // and survive a restart.
 //
 // Refusals are typed on the wire and in the Go client: a stale token is 409

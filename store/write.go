@@ -49,6 +49,10 @@ func (w write) fingerprint() []byte {
 	return h.Sum(nil)
 }
 
+// errOtherDomain: a write to an existing object names another fence domain
+// than the one its current version was written in.
+var errOtherDomain = fmt.Errorf("object fenced in another domain: %w", fencelock.ErrInvalidArgument)
+
 // Results of a write, the "result" label of the writes metric.
 const (
 	resultAccepted           = "accepted"
@@ -56,6 +60,7 @@ const (
 	resultMissingToken       = "rejected_missing_token"
 	resultPreconditionFailed = "precondition_failed"
 	resultNotFound           = "not_found"
+	resultOtherDomain        = "rejected_other_domain"
 	resultUnfenced           = "unfenced"       // DisableFencing: accepted, fencing would have too
 	resultUnfencedStale      = "unfenced_stale" // DisableFencing: accepted, fencing would have refused it
 )
@@ -68,6 +73,8 @@ func resultOf(err error) string {
 		return resultMissingToken
 	case errors.Is(err, fencelock.ErrPreconditionFailed):
 		return resultPreconditionFailed
+	case errors.Is(err, errOtherDomain):
+		return resultOtherDomain
 	default:
 		return resultNotFound
 	}
@@ -140,6 +147,13 @@ func (s *Server) decide(tx *bolt.Tx, w write) (answer, string, error) {
 		cur, exists, err := recordOf(tx, w.key)
 		if err != nil {
 			return answer{}, "", err
+		}
+		if exists && cur.Domain != w.domain && !s.cfg.DisableFencing {
+			// The fence rule holds per domain: a write in a domain nobody
+			// raised would let a stale holder overwrite what a newer one
+			// wrote in the object's own domain.
+			err := fmt.Errorf("object %q is fenced in domain %q, not %q (delete it there to move it): %w", w.key, cur.Domain, w.domain, errOtherDomain)
+			return errorAnswer(err), resultOf(err), nil
 		}
 		if err := preconditions(w.ifMatch, w.ifNoneMatch, cur, exists); err != nil {
 			return errorAnswer(err), resultOf(err), nil
