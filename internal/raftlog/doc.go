@@ -41,5 +41,8 @@
 //
 // Errors: a failed write or sync makes the store refuse every later write
 // (ErrFailed), because after a failed fsync the state of the file is not
-// known; the node must be restarted, which rereads the file.
+// known; the node must be restarted, which rereads the file. The failed
+// append's bytes are overwritten with zeros first (as far as the file
+// takes writes), so that the restart does not read back, from the page
+// cache, records the disk may not hold.
 package raftlog

@@ -164,6 +164,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	case hidden > s.first:
 		s.first = hidden // a prefix deleted before the restart stays deleted
 	}
+	// What the directory lists may be a killed predecessor's changes
+	// (a segment created or removed) that were never synced: sync them
+	// before appending after them.
+	if err := syncDir(dir); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -375,9 +382,11 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		}
 	}
 	if _, err := g.f.WriteAt(buf, g.end); err != nil {
+		g.scrub(int64(len(buf)))
 		return s.fail(fmt.Errorf("raftlog: write %s: %w", g.f.Name(), err))
 	}
 	if err := unix.Fdatasync(int(g.f.Fd())); err != nil {
+		g.scrub(int64(len(buf)))
 		return s.fail(fmt.Errorf("raftlog: sync %s: %w", g.f.Name(), err))
 	}
 	s.mu.Lock()
@@ -390,6 +399,21 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	s.last = logs[len(logs)-1].Index
 	s.mu.Unlock()
 	return nil
+}
+
+// scrub overwrites, as far as it can, the n bytes after g's end with
+// zeros, after an append whose write or sync failed. Linux keeps the
+// failed pages' new bytes in its cache, marked clean: a restart (which the
+// failed store asks for) would read them back as records the disk may not
+// have, and acknowledge later ones after them, which a later read of the
+// disk would cut off at the hole. With zeros there, the log read at the
+// restart ends where the last good append ended.
+func (g *segment) scrub(n int64) {
+	for off := int64(0); off < n; off += fillChunk {
+		if _, err := g.f.WriteAt(zeroFill[:min(fillChunk, n-off)], g.end+off); err != nil {
+			return
+		}
+	}
 }
 
 // newSegment creates the file for entries from base on, syncs its

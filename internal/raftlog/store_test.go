@@ -455,3 +455,30 @@ func TestStore_AppendsFillAheadWithZeros(t *testing.T) {
 		}
 	})
 }
+
+// TestStore_FailedAppendIsScrubbed: the bytes of an append whose write or
+// sync failed are overwritten with zeros before the store gives up, so the
+// restart it asks for does not read them back from the page cache (the disk
+// may not hold them, and records acknowledged after them would later be cut
+// off at the hole). Here the failed append's records do reach the file, as
+// they would reach the cache.
+func TestStore_FailedAppendIsScrubbed(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, 1<<20)
+	mustStore(t, s, batch(1, 5, 1))
+	g := s.segs[len(s.segs)-1]
+	var buf []byte
+	for _, l := range batch(6, 8, 1) {
+		var err error
+		if buf, err = appendRecord(buf, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.f.WriteAt(buf, g.end); err != nil {
+		t.Fatal(err)
+	}
+	g.scrub(int64(len(buf))) // what StoreLogs does when the sync then fails
+	s.Close()
+	s = open(t, dir, 1<<20)
+	wantLog(t, s, 1, 5, term1)
+}
