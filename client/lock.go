@@ -188,9 +188,13 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Loc
 					return nil, fmt.Errorf("acquire %q: grant lost before use: %w", name, err)
 				case ownID:
 					// The grant may be older than this call: without a
-					// renewal its lease has no known start. Asking again
-					// with the same id returns it.
-					return nil, fmt.Errorf("acquire %q: token %d granted, but its renewal failed: %w", name, g.Token, err)
+					// renewal its lease has no known start, so Acquire
+					// fails and, as for any call it gives up, takes the
+					// grant back.
+					settle.Lock()
+					returned = false
+					settle.Unlock()
+					return gaveUp(fmt.Errorf("acquire %q: token %d granted, but its renewal failed: %w", name, g.Token, err))
 				}
 			}
 			return c.newLock(g, start, o.margin), nil

@@ -26,8 +26,9 @@ import (
 // CancelWait calls it gets.
 type flakyNode struct {
 	fencelockv1connect.UnimplementedLockServiceHandler
-	delay    time.Duration
-	failures int // -1: always fail
+	delay     time.Duration
+	failures  int  // -1: always fail
+	renewDown bool // Renew answers Unavailable
 
 	mu        sync.Mutex
 	acquires  int
@@ -45,6 +46,13 @@ func (n *flakyNode) Acquire(ctx context.Context, r *connect.Request[fencelockv1.
 	}
 	return connect.NewResponse(&fencelockv1.AcquireResponse{Grant: &fencelockv1.Grant{Name: r.Msg.Name, Token: 7,
 		LeaseId: "lease-7", Ttl: durationpb.New(10 * time.Second)}}), nil
+}
+
+func (n *flakyNode) Renew(ctx context.Context, r *connect.Request[fencelockv1.RenewRequest]) (*connect.Response[fencelockv1.RenewResponse], error) {
+	if n.renewDown {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no leader"))
+	}
+	return connect.NewResponse(&fencelockv1.RenewResponse{Ttl: durationpb.New(10 * time.Second)}), nil
 }
 
 func (n *flakyNode) CancelWait(ctx context.Context, r *connect.Request[fencelockv1.CancelWaitRequest]) (*connect.Response[fencelockv1.CancelWaitResponse], error) {
@@ -190,5 +198,34 @@ func TestLock_ReleaseOfALostLeaseReportsNotHolder(t *testing.T) {
 	}
 	if err := l.Release(ctx); !errors.Is(err, fencelock.ErrNotHolder) {
 		t.Fatalf("release of a lost lease = %v, want an error wrapping ErrNotHolder", err)
+	}
+}
+
+// TestAcquire_OwnRequestIDWithoutARenewalFails: a grant returned for the
+// caller's own request id may predate the call, so its lease counts only
+// from a renewal; when that renewal cannot be made, Acquire fails and takes
+// the grant back rather than return a Lock whose lease has no known start.
+func TestAcquire_OwnRequestIDWithoutARenewalFails(t *testing.T) {
+	n := &flakyNode{renewDown: true}
+	c := flakyClient(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "own", WithRequestID("job-7"))
+	if err == nil {
+		l.Release(ctx)
+		t.Fatal("Acquire with its own request id returned a Lock although its grant could not be renewed")
+	}
+	if !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("acquire = %v, want an error wrapping ErrUnavailable", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, cancelled := n.counts(); len(cancelled) > 0 && cancelled[0] == "job-7" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no CancelWait for the grant Acquire did not return")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
