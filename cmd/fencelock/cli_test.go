@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,6 +120,109 @@ func TestLock_CommandGetsSIGTERMWhenTheLeaseIsLost(t *testing.T) {
 	if !strings.Contains(out.String(), "lease on \"job\" lost") {
 		t.Errorf("fencelock lock did not say the lease was lost: %q", out.String())
 	}
+}
+
+// TestLock_LostLeaseStopsWhatTheCommandStarted: off a terminal, COMMAND
+// runs in a process group of its own; when the lease is lost, the signal
+// reaches the processes COMMAND started too, and whatever of the group
+// outlives COMMAND (here a process that ignores SIGTERM) is killed, since
+// it runs with a token that is no longer good.
+func TestLock_LostLeaseStopsWhatTheCommandStarted(t *testing.T) {
+	srv := testproc.StartServer(t)
+	proxy := testproc.StartProxy(t, srv.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	inner := `trap '' TERM; echo \$\$ > ` + pidFile + "; exec sleep 60" // $$: the inner shell's pid
+	cmd := exec.CommandContext(ctx, testproc.Binary(t), "lock", "job", "--server", proxy.Addr, "--ttl", "1s",
+		"--", "sh", "-c", "sh -c \""+inner+"\" & wait")
+	// A file, not a pipe: Wait must not wait for the survivor to close it.
+	outFile, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outFile.Close()
+	out := &fileText{outFile}
+	cmd.Stdout, cmd.Stderr = outFile, outFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				pid = n
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the command's child never started; output %q", out.String())
+		}
+	}
+	proxy.Block() // the holder can no longer renew: its lease context must end
+	_ = cmd.Wait()
+	if !strings.Contains(out.String(), "lease on \"job\" lost") {
+		t.Fatalf("fencelock lock did not say the lease was lost: %q", out.String())
+	}
+	for deadline := time.Now().Add(5 * time.Second); running(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("process %d, started by the command and deaf to SIGTERM, still runs after the lease was lost and fencelock exited", pid)
+		}
+	}
+}
+
+// TestLock_CommandStopsWhenFencelockDies: if fencelock itself is killed,
+// nothing renews the lease any more, so COMMAND gets SIGTERM from the
+// kernel (the parent-death signal).
+func TestLock_CommandStopsWhenFencelockDies(t *testing.T) {
+	srv := testproc.StartServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	cmd := exec.CommandContext(ctx, testproc.Binary(t), "lock", "job", "--server", srv.Addr, "--ttl", "1s",
+		"--", "sh", "-c", "echo $$ > "+pidFile+"; exec sleep 60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				pid = n
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never started")
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	for deadline := time.Now().Add(5 * time.Second); running(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the command (process %d) still runs 5 s after fencelock was killed", pid)
+		}
+	}
+}
+
+// fileText reads back what a command wrote to a file.
+type fileText struct{ f *os.File }
+
+func (ft *fileText) String() string {
+	b, _ := os.ReadFile(ft.f.Name())
+	return string(b)
+}
+
+// running reports whether process pid exists and is not a zombie.
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
 // TestServe_ProcsSetsGOMAXPROCS: serve runs Go code on --procs threads (one

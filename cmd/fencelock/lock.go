@@ -8,8 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/fencelock/fencelock/client"
 )
@@ -20,7 +23,11 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"COMMAND gets FENCELOCK_LOCK, FENCELOCK_TOKEN and FENCELOCK_LEASE_ID in its\n"+
 		"environment: attach FENCELOCK_TOKEN to every write it makes. If the lease\n"+
 		"is lost, COMMAND gets SIGTERM (then SIGKILL after --kill-after). The lock\n"+
-		"is released when COMMAND exits; fencelock exits with COMMAND's status.", stderr)
+		"is released when COMMAND exits; fencelock exits with COMMAND's status.\n\n"+
+		"Unless fencelock runs on a terminal, COMMAND runs in a process group of its\n"+
+		"own: signals reach everything it started, and after a lost lease whatever\n"+
+		"is left of the group when COMMAND exits is killed. If fencelock itself dies,\n"+
+		"COMMAND gets SIGTERM (Linux).", stderr)
 	newClient := clientFlags(fs)
 	ttl := fs.Duration("ttl", client.DefaultTTL, "lease TTL; renewed every TTL/3 while COMMAND runs")
 	wait := &waitFlag{forever: true}
@@ -57,9 +64,26 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"FENCELOCK_LOCK="+name,
 		"FENCELOCK_TOKEN="+l.Token().String(),
 		"FENCELOCK_LEASE_ID="+string(l.LeaseID()))
+	// On a terminal COMMAND stays in the terminal's process group, so that
+	// it can read from it and Ctrl-C reaches it directly; elsewhere (cron,
+	// a service manager, a script) it leads a group of its own, so that a
+	// lost lease stops the processes it started too, not only COMMAND.
+	group := !onTerminal(os.Stdin)
+	cmd.SysProcAttr = commandAttr(group)
+	// The parent-death signal is tied to the thread that starts COMMAND:
+	// keep that thread until COMMAND is waited for.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		release()
 		return fmt.Errorf("start %s: %w", rest[0], err)
+	}
+	signalCommand := func(sig os.Signal) {
+		if s, ok := sig.(syscall.Signal); ok && group {
+			_ = syscall.Kill(-cmd.Process.Pid, s)
+			return
+		}
+		_ = cmd.Process.Signal(sig)
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
@@ -69,25 +93,48 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	var killTimer <-chan time.Time
 	lost := l.Done()
+	leaseLost := false
 	for {
 		select {
 		case sig := <-sigs:
-			_ = cmd.Process.Signal(sig) // pass it on; we exit when COMMAND does
+			if sig == os.Interrupt && !group {
+				// The terminal sent Ctrl-C to COMMAND too: once is enough.
+				continue
+			}
+			signalCommand(sig) // pass it on; we exit when COMMAND does
 		case <-lost:
 			lost = nil
 			if errors.Is(l.Err(), client.ErrReleased) {
 				continue
 			}
+			leaseLost = true
 			fmt.Fprintf(stderr, "fencelock: lease on %q lost (%v): sending SIGTERM to %s\n", name, l.Err(), rest[0])
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+			signalCommand(syscall.SIGTERM)
 			killTimer = time.After(*killAfter)
 		case <-killTimer:
-			_ = cmd.Process.Kill()
+			signalCommand(syscall.SIGKILL)
 		case err := <-exited:
+			if leaseLost && group {
+				// What COMMAND started still runs with a token that is
+				// no longer good.
+				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			}
 			release()
 			return exitStatus(err)
 		}
 	}
+}
+
+// onTerminal reports whether f is a terminal.
+func onTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// commandAttr starts COMMAND in a process group of its own (group) and
+// asks the kernel to send it SIGTERM if fencelock dies.
+func commandAttr(group bool) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: group, Pdeathsig: syscall.SIGTERM}
 }
 
 // exitStatus turns a finished command's error into the status fencelock
