@@ -85,7 +85,9 @@ func (u *Update) Set(column string, value any) *Update {
 }
 
 // Key identifies the row: column = value. The keys together must name at
-// most one row (a primary or unique key); at least one is required.
+// most one row (a primary or unique key); at least one is required. Exec
+// does not check this: keys that match several rows update those whose
+// fence allows it and report applied.
 func (u *Update) Key(column string, value any) *Update {
 	u.keys = append(u.keys, assignment{column, value})
 	return u
@@ -93,7 +95,10 @@ func (u *Update) Key(column string, value any) *Update {
 
 // Where adds a business condition, column = value (the seeds' status =
 // 'pending'). When it does not hold, Exec updates nothing and reports
-// applied == false without an error.
+// applied == false without an error; the row's fence is not raised then,
+// so an older holder's later write to the row is still judged against the
+// last token that wrote it (use a domain fence, Check, to raise a bar
+// without writing).
 func (u *Update) Where(column string, value any) *Update {
 	u.conds = append(u.conds, assignment{column, value})
 	return u
@@ -175,7 +180,12 @@ func (u *Update) Exec(ctx context.Context, db Querier) (applied bool, err error)
 		return true, nil
 	}
 	// Nothing updated: find out why. last_fence never goes down, so a value
-	// above our token proves we are stale, whenever it is read.
+	// above our token proves we are stale, whenever it is read. The read
+	// locks the row (FOR SHARE): in a REPEATABLE READ or SERIALIZABLE
+	// transaction a plain read would see the snapshot's older value and
+	// call a stale update "already done"; locking a row a newer holder
+	// changed since the snapshot fails with a serialization error instead,
+	// whose retry tells the truth.
 	table, _ := identifier(u.table)
 	var q strings.Builder
 	q.WriteString("SELECT " + FenceColumn + " FROM " + table.Sanitize() + " WHERE ")
@@ -187,6 +197,7 @@ func (u *Update) Exec(ctx context.Context, db Querier) (applied bool, err error)
 		fmt.Fprintf(&q, "%s = $%d", pgx.Identifier{k.column}.Sanitize(), i+1)
 		keyArgs[i] = k.value
 	}
+	q.WriteString(" FOR SHARE")
 	var last int64
 	err = db.QueryRow(ctx, q.String(), keyArgs...).Scan(&last)
 	if errors.Is(err, pgx.ErrNoRows) {

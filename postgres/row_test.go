@@ -176,3 +176,32 @@ func TestAddFenceColumn(t *testing.T) {
 		t.Fatal("AddFenceColumn on a missing table returned nil, want an error")
 	}
 }
+
+// TestUpdate_Exec_staleAtRepeatableRead: in a REPEATABLE READ transaction
+// whose snapshot predates a newer holder's write, a stale update is not
+// reported as "already done" (applied false, no error) from the snapshot's
+// old fence value: the follow-up read locks the row, so the transaction
+// fails with a serialization error and its retry reports the stale token.
+func TestUpdate_Exec_staleAtRepeatableRead(t *testing.T) {
+	pool := ordersDB(t)
+	ctx := t.Context()
+	if ok, err := pay(ctx, pool, 42, 100, 4); !ok || err != nil {
+		t.Fatalf("pay(4) = %v, %v", ok, err)
+	}
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var status string
+	if err := tx.QueryRow(ctx, `SELECT status FROM orders WHERE id = 42`).Scan(&status); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	if ok, err := postgres.NewUpdate("orders", 6).Set("status", "refunded").Key("id", 42).Exec(ctx, pool); !ok || err != nil {
+		t.Fatalf("refund(6) = %v, %v", ok, err)
+	}
+	applied, err := pay(ctx, tx, 42, 100, 4) // 4 is stale now
+	if applied || err == nil {
+		t.Fatalf("stale pay(4) in a REPEATABLE READ transaction = %v, %v; want an error (a serialization failure or a stale token), not \"already done\"", applied, err)
+	}
+}
