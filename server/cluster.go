@@ -148,7 +148,13 @@ func (s *Server) requireLeader() error {
 }
 
 // AddMember adds a voter, or updates its API address if it is already one.
-// Errors: ErrNotLeader, ErrInvalidArgument, ErrUnavailable.
+// A new voter is refused with ErrPreconditionFailed when the voters that
+// answer a status probe (the new one included, at apiAddr) would not be a
+// majority of the new configuration: the new voter counts toward quorum at
+// once, and a node that cannot be reached (a mistyped address) would leave
+// the cluster unable to elect a leader, with no leader to undo it.
+// Errors: ErrNotLeader, ErrInvalidArgument, ErrUnavailable,
+// ErrPreconditionFailed.
 func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) error {
 	if id == "" || raftAddr == "" || len(id) > 128 || len(raftAddr) > 256 || len(apiAddr) > 256 {
 		return fmt.Errorf("add member: id and raft address are required, at most 128 and 256 bytes: %w", fencelock.ErrInvalidArgument)
@@ -156,6 +162,8 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 	if err := s.requireLeader(); err != nil {
 		return err
 	}
+	s.membership.Lock()
+	defer s.membership.Unlock()
 	members, err := s.members()
 	if err != nil {
 		return err
@@ -165,6 +173,23 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 		present = present || m.ID == id && m.RaftAddr == raftAddr && m.Voter
 	}
 	if !present {
+		voters, healthy := 1, 0 // the new voter
+		if s.probe(ctx, apiAddr) {
+			healthy++
+		}
+		for _, m := range members {
+			if m.ID == id || !m.Voter {
+				continue
+			}
+			voters++
+			if m.ID == s.cfg.NodeID || s.probe(ctx, m.APIAddr) {
+				healthy++
+			}
+		}
+		if healthy < voters/2+1 {
+			return fmt.Errorf("add member %s: only %d of the %d voters it would make answer (the new one at API address %q included); a quorum needs %d: %w",
+				id, healthy, voters, apiAddr, voters/2+1, fencelock.ErrPreconditionFailed)
+		}
 		if err := s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.cfg.ApplyTimeout).Error(); err != nil {
 			return s.raftErr("add member "+id, err)
 		}
@@ -192,6 +217,8 @@ func (s *Server) RemoveMember(ctx context.Context, id string) error {
 	if err := s.requireLeader(); err != nil {
 		return err
 	}
+	s.membership.Lock()
+	defer s.membership.Unlock()
 	members, err := s.members()
 	if err != nil {
 		return err
@@ -280,8 +307,10 @@ func (s *Server) TransferLeader(ctx context.Context, id string) (string, error) 
 }
 
 func (s *Server) raftErr(what string, err error) error {
-	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+	if errors.Is(err, raft.ErrNotLeader) {
 		return fmt.Errorf("%s: %w", what, s.notLeader())
 	}
+	// ErrLeadershipLost: the change was appended and may have taken
+	// effect; its outcome is unknown (ErrUnavailable), not refused.
 	return fmt.Errorf("%s: %v: %w", what, err, fencelock.ErrUnavailable)
 }

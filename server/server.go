@@ -33,7 +33,11 @@ type Server struct {
 	deferrals *deferrals
 	// leaderCheck shares VerifyLeader rounds among concurrent renewals.
 	leaderCheck *leaderCheck
-	metrics     *metrics
+	// membership serialises membership changes: each checks the quorum the
+	// change leaves against the configuration as it is, which another
+	// change under way would make stale.
+	membership sync.Mutex
+	metrics    *metrics
 	// raftStarted is set once raft.NewRaft has returned. hashicorp/raft
 	// restores the FSM from the node's own latest snapshot inside NewRaft,
 	// and afterwards only when the leader installs a snapshot, so a restore
