@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -77,16 +75,10 @@ func flakyClient(t *testing.T, n *flakyNode) *Client {
 	_, h := fencelockv1connect.NewLockServiceHandler(n)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	cfg := DefaultConfig(srv.URL)
-	cfg.NoBatch = true // unary calls, which the fake serves
-	cfg.RetryTimeout = 200 * time.Millisecond
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := NewFromConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return quietTestClient(t, srv.URL, func(cfg *Config) {
+		cfg.NoBatch = true // unary calls, which the fake serves
+		cfg.RetryTimeout = 200 * time.Millisecond
+	})
 }
 
 // TestAcquire_RetriesAfterAWaitLongerThanRetryTimeout: RetryTimeout counts
@@ -177,14 +169,7 @@ func TestLock_ReleaseOfALostLeaseReportsNotHolder(t *testing.T) {
 	_, h := fencelockv1connect.NewLockServiceHandler(&lostNode{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	cfg := DefaultConfig(srv.URL)
-	cfg.NoBatch = true
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	c, err := NewFromConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := quietTestClient(t, srv.URL, func(cfg *Config) { cfg.NoBatch = true })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l, err := c.Acquire(ctx, "lost", WithTTL(300*time.Millisecond))

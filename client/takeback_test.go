@@ -18,15 +18,9 @@ import (
 func TestAcquire_RetryWithOwnRequestIDWaitsForTheTakeBack(t *testing.T) {
 	srv := testproc.StartServer(t)
 	newClient := func() *Client {
-		cfg := DefaultConfig(srv.Addr)
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		cfg.AttemptTimeout = 300 * time.Millisecond // the mark lasts this + landGrace
-		c, err := NewFromConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
+		return quietTestClient(t, srv.Addr, func(cfg *Config) {
+			cfg.AttemptTimeout = 300 * time.Millisecond // the mark lasts this + landGrace
+		})
 	}
 	c, other := newClient(), newClient()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -101,17 +95,7 @@ func TestAcquire_RetryWithOwnRequestIDWaitsForTheTakeBack(t *testing.T) {
 // still go alone instead of through the batcher's goroutine.
 func TestAcquire_WaitDoesNotHoldTheLoneSlot(t *testing.T) {
 	srv := testproc.StartServer(t)
-	newClient := func() *Client {
-		cfg := DefaultConfig(srv.Addr)
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		c, err := NewFromConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	c, other := newClient(), newClient()
+	c, other := quietTestClient(t, srv.Addr, nil), quietTestClient(t, srv.Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	holder, err := other.Acquire(ctx, "busy")
@@ -156,4 +140,21 @@ func TestAcquire_WaitDoesNotHoldTheLoneSlot(t *testing.T) {
 	if err := <-waited; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// quietTestClient is a client of the node at addr that logs nothing,
+// configured further by change (if set) and closed when the test ends.
+func quietTestClient(t *testing.T, addr string, change func(*Config)) *Client {
+	t.Helper()
+	cfg := DefaultConfig(addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if change != nil {
+		change(&cfg)
+	}
+	c, err := NewFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

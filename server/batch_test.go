@@ -186,21 +186,7 @@ func TestServer_UnclaimedQueuedRequestIsDropped(t *testing.T) {
 		t.Skip("waits out the 10 s claim window")
 	}
 	srv := testproc.StartServer(t)
-	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
-	ctx := ctxFor(t, 60*time.Second)
-	holder := acquireItem("orphan", "h", 0)
-	holder.GetAcquire().Ttl = durationpb.New(time.Minute) // outlives the claim window
-	batch(t, rpc, holder)
-	if q := batch(t, rpc, acquireItem("orphan", "gone", time.Minute))[0]; q.GetQueued() == nil {
-		t.Fatalf("waiter = %v, want queued", q)
-	}
-	waiters := func() int {
-		resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: "orphan"}))
-		if err != nil {
-			t.Fatalf("describe: %v", wire.FromConnect(err))
-		}
-		return len(resp.Msg.Lock.Waiters)
-	}
+	waiters := queueOrphan(t, srv.Addr)
 	time.Sleep(5 * time.Second)
 	if n := waiters(); n != 1 {
 		t.Fatalf("%d waiters 5 s after queueing, want the request still queued within the claim window", n)
@@ -214,6 +200,28 @@ func TestServer_UnclaimedQueuedRequestIsDropped(t *testing.T) {
 	}
 }
 
+// queueOrphan has Batch queue request "gone" on lock "orphan" behind a
+// holder whose lease outlives the claim window, and nothing waits for it (its
+// client died); it returns how many requests wait on "orphan".
+func queueOrphan(t *testing.T, addr string) (waiters func() int) {
+	t.Helper()
+	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+addr)
+	ctx := ctxFor(t, 60*time.Second)
+	holder := acquireItem("orphan", "h", 0)
+	holder.GetAcquire().Ttl = durationpb.New(time.Minute) // outlives the claim window
+	batch(t, rpc, holder)
+	if q := batch(t, rpc, acquireItem("orphan", "gone", time.Minute))[0]; q.GetQueued() == nil {
+		t.Fatalf("waiter = %v, want queued", q)
+	}
+	return func() int {
+		resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: "orphan"}))
+		if err != nil {
+			t.Fatalf("describe: %v", wire.FromConnect(err))
+		}
+		return len(resp.Msg.Lock.Waiters)
+	}
+}
+
 // TestServer_NewLeaderDropsUnclaimedQueuedRequests: a leader that takes
 // over (here: the one node, restarted) gives every queued request the claim
 // window too. A request queued before the change whose client died is
@@ -224,24 +232,10 @@ func TestServer_NewLeaderDropsUnclaimedQueuedRequests(t *testing.T) {
 		t.Skip("waits out the 10 s claim window")
 	}
 	srv := testproc.StartServer(t)
-	rpc := fencelockv1connect.NewLockServiceClient(http.DefaultClient, "http://"+srv.Addr)
-	ctx := ctxFor(t, 60*time.Second)
-	holder := acquireItem("orphan", "h", 0)
-	holder.GetAcquire().Ttl = durationpb.New(time.Minute) // outlives the claim window
-	batch(t, rpc, holder)
-	if q := batch(t, rpc, acquireItem("orphan", "gone", time.Minute))[0]; q.GetQueued() == nil {
-		t.Fatalf("waiter = %v, want queued", q)
-	}
+	waiters := queueOrphan(t, srv.Addr)
 	srv.Kill9() // before the claim window of the leader that queued it
 	srv.Start()
 	restarted := time.Now()
-	waiters := func() int {
-		resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: "orphan"}))
-		if err != nil {
-			t.Fatalf("describe: %v", wire.FromConnect(err))
-		}
-		return len(resp.Msg.Lock.Waiters)
-	}
 	time.Sleep(3 * time.Second)
 	if n := waiters(); n != 1 {
 		t.Fatalf("%d waiters 3 s after the new leader took over, want the request still queued within its claim window", n)

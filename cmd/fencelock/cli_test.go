@@ -147,18 +147,7 @@ func TestLock_LostLeaseStopsWhatTheCommandStarted(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if b, err := os.ReadFile(pidFile); err == nil {
-			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				pid = n
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the command's child never started; output %q", out.String())
-		}
-	}
+	pid := readPID(t, pidFile, out)
 	proxy.Block() // the holder can no longer renew: its lease context must end
 	_ = cmd.Wait()
 	if !strings.Contains(out.String(), "lease on \"job\" lost") {
@@ -185,24 +174,32 @@ func TestLock_CommandStopsWhenFencelockDies(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var pid int
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if b, err := os.ReadFile(pidFile); err == nil {
-			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				pid = n
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the command never started")
-		}
-	}
+	pid := readPID(t, pidFile, nil)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	for deadline := time.Now().Add(5 * time.Second); running(pid); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			syscall.Kill(pid, syscall.SIGKILL)
 			t.Fatalf("the command (process %d) still runs 5 s after fencelock was killed", pid)
+		}
+	}
+}
+
+// readPID waits up to 10 s for a process id in file; out (if set) is the
+// command's output, for the failure message.
+func readPID(t *testing.T, file string, out fmt.Stringer) int {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(file); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				return n
+			}
+		}
+		if time.Now().After(deadline) {
+			if out != nil {
+				t.Fatalf("no process id in %s after 10 s; output %q", file, out.String())
+			}
+			t.Fatalf("no process id in %s after 10 s", file)
 		}
 	}
 }
