@@ -226,6 +226,17 @@ func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	highest = max(highest, held.Token())
+	// Each node has a snapshot of its own before the restart (the lagging
+	// one keeps the installed one). A follower takes its own on a timer, so
+	// on a loaded machine the churn can end before that timer fires: wait.
+	waitFor(t, func() bool {
+		for _, s := range cl.Nodes {
+			if st, err := c.Status(ctx, s.Addr); err != nil || st.LastSnapshotIndex == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	for _, s := range cl.Nodes {
 		s.Kill9()
 	}
@@ -234,8 +245,7 @@ func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
 	}
 	cl.WaitLeader(-1)
 	for i, s := range cl.Nodes {
-		// Each has a snapshot of its own by now (the lagging one keeps the
-		// installed one): a restart restores it, and says it was local.
+		// A restart restores the node's snapshot, and says it was local.
 		if got := snapshotRestores(t, s.Addr, "local"); got < 1 {
 			t.Errorf("%s after a restart: fencelock_snapshot_restores_total{source=\"local\"} = %v, want at least 1", testproc.NodeID(i), got)
 		}
