@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/server"
 )
 
@@ -590,5 +591,52 @@ func TestAcquire_OwnRequestIDLeaseCountsFromARenewal(t *testing.T) {
 	if l2.Deadline().After(li.Expires) {
 		t.Errorf("the Lock believes in its lease until %v, %v after the node lets it expire (%v)",
 			l2.Deadline().Format(time.StampMilli), l2.Deadline().Sub(li.Expires), li.Expires.Format(time.StampMilli))
+	}
+}
+
+// TestAcquire_OneRequestIDOnTwoLocks: the service remembers a request id per
+// lock (log rules 2), so a retry on the first lock still finds its grant
+// after the same id was used on a second one. A request id with a zero byte
+// is refused.
+func TestAcquire_OneRequestIDOnTwoLocks(t *testing.T) {
+	addr := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := quietClient(t, addr)
+	defer c.Close()
+	for {
+		st, err := c.Status(ctx, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Rules == fsm.MaxRules && st.MaxRules == fsm.MaxRules {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("a one-node cluster never raised its log rules: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a, err := c.Acquire(ctx, "job-a", client.WithTTL(10*time.Second), client.WithRequestID("job"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Release(ctx)
+	b, err := c.Acquire(ctx, "job-b", client.WithTTL(10*time.Second), client.WithRequestID("job"))
+	if err != nil {
+		t.Fatalf("the same id on a second lock: %v", err)
+	}
+	defer b.Release(ctx)
+	again := quietClient(t, addr)
+	defer again.Close()
+	retry, err := again.TryAcquire(ctx, "job-a", client.WithTTL(10*time.Second), client.WithRequestID("job"))
+	if err != nil {
+		t.Fatalf("retry on the first lock: %v; want its grant, token %d", err, a.Token())
+	}
+	if retry.Token() != a.Token() {
+		t.Fatalf("retry on the first lock: token %d; want its grant, token %d", retry.Token(), a.Token())
+	}
+	if _, err := c.TryAcquire(ctx, "job-c", client.WithRequestID("jo\x00b")); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Errorf("request id with a zero byte: %v, want ErrInvalidArgument", err)
 	}
 }

@@ -36,6 +36,11 @@ type NodeStatus struct {
 	LastSnapshotIndex uint64        `json:"last_snapshot_index"`
 	LastContact       time.Duration `json:"last_contact"`
 	Members           []Member      `json:"members"`
+	// Rules are the log rules the node applies its log under; MaxRules the
+	// newest it implements (0: a node from before log rules). The leader
+	// raises the rules once every member implements newer ones.
+	Rules    uint64 `json:"rules"`
+	MaxRules uint64 `json:"max_rules"`
 }
 
 // Status asks the node at addr (host:port or URL; it need not be one of the
@@ -52,7 +57,7 @@ func (c *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
 	m := resp.Msg
 	st := NodeStatus{ID: m.Id, State: m.State, Ready: m.Ready, LeaderID: m.LeaderId, LeaderAPI: m.LeaderApi, Term: m.Term,
 		CommitIndex: m.CommitIndex, AppliedIndex: m.AppliedIndex, LastLogIndex: m.LastLogIndex,
-		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration()}
+		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration(), Rules: m.Rules, MaxRules: m.MaxRules}
 	for _, mm := range m.Members {
 		st.Members = append(st.Members, Member{ID: mm.Id, RaftAddr: mm.RaftAddr, APIAddr: mm.ApiAddr, Voter: mm.Voter, Leader: mm.Leader})
 	}

@@ -41,7 +41,10 @@ func WithHolder(h string) Option { return func(o *acquireOptions) { o.holder = h
 // same id within the service's dedupe window get the same grant. Such a
 // grant may be older than the call (a process that used the id and died),
 // so Acquire renews it before returning, and the Lock's lease counts from
-// that renewal. Use a different id for each lock: the service remembers a
-// request id for one lock at a time, and an id reused on a second lock no
-// longer finds its grant on the first.
+// that renewal. The service remembers a request id per lock once every node
+// implements log rules 2 (`fencelock status` shows the rules); under rules
+// 1 (a cluster with a node of an earlier release) it remembers an id for one
+// lock at a time, and an id reused on a second lock no longer finds its
+// grant on the first. A request id is UTF-8 of at most 128 bytes with no
+// zero byte.
 func WithRequestID(id string) Option { return func(o *acquireOptions) { o.requestID = id } }

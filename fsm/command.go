@@ -20,6 +20,7 @@ const (
 	OpCancelWait               // remove a waiter that gave up, or release what it was granted
 	OpSetMember                // record a node's API address (Name: node id, Holder: address)
 	OpDropMember               // forget a removed node's API address (Name: node id)
+	OpSetRules                 // switch every replica to the rules numbered Token (see Rules)
 )
 
 // Command is one entry of the replicated log. The proposer fills Now with its

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -15,6 +16,29 @@ import (
 // DefaultDedupeWindow is how long request ids and expired lease ids are
 // remembered, measured in command time (Command.Now).
 const DefaultDedupeWindow = 10 * time.Minute
+
+// The rules are the versions of what the FSM answers. A change to an
+// answer (how request ids are remembered, what a cancel may end) must take
+// effect on every replica at the same entry, or replicas would diverge; so
+// a replica applies the rules in force in the log, which an OpSetRules entry
+// raises, and the leader proposes that entry only once every member's build
+// implements the new rules (see the server's raiseRules).
+//
+//   - RulesV1, the rules of a log that never had an OpSetRules entry: a
+//     request id is remembered by itself, whatever its lock; a cancel
+//     forgets the request's record even when it cancels nothing; the
+//     cancel of an unclaimed request (Command.Wait set) may end its grant.
+//   - RulesV2: a request id is remembered per lock (the same id on two
+//     locks is two requests); a cancel that cancels nothing keeps the
+//     record, so that a late retry learns its grant has ended; the cancel
+//     of an unclaimed request takes it out of the queue only, never ending
+//     a grant; and entries may be written in the binary encoding.
+const (
+	RulesV1 uint64 = 1
+	RulesV2 uint64 = 2
+	// MaxRules is the newest rules this build implements.
+	MaxRules = RulesV2
+)
 
 // Holder is the current grant of a lock.
 type Holder struct {
@@ -86,7 +110,8 @@ type FSM struct {
 	expired  *window           // lease id of an expired grant -> its lock and token
 	members  map[string]string // node id -> API address
 	applied  uint64
-	lastNow  int64 // the largest Command.Now applied: command time never goes back
+	lastNow  int64         // the largest Command.Now applied: command time never goes back
+	rules    atomic.Uint64 // the rules in force (RulesV1...); written under mu, read by Rules without it
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -107,6 +132,7 @@ func (f *FSM) reset() {
 	f.requests = newWindow()
 	f.expired = newWindow()
 	f.members = make(map[string]string)
+	f.rules.Store(RulesV1)
 }
 
 type event struct {
@@ -169,13 +195,55 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 	case OpDropMember:
 		delete(f.members, string(cmd.Name))
 		return Result{}
+	case OpSetRules:
+		if v := uint64(cmd.Token); v > MaxRules {
+			// Only a leader whose every member implements v proposes it:
+			// this replica's build is older than its configuration says.
+			return Result{Err: fmt.Errorf("apply entry %d: rules %d, newer than this build's %d: %w", index, v, MaxRules, fencelock.ErrInvalidArgument)}
+		} else if v > f.rules.Load() {
+			f.rules.Store(v) // never lowered
+		}
+		return Result{}
 	default:
 		return Result{Err: fmt.Errorf("apply entry %d: unknown op %d: %w", index, cmd.Op, fencelock.ErrInvalidArgument)}
 	}
 }
 
+// requestKey is request rid's key in the dedupe window under the rules in
+// force: under RulesV2 the lock's name, a zero byte (which no name holds)
+// and the id.
+func (f *FSM) requestKey(name fencelock.LockName, rid string) string {
+	if f.rules.Load() < RulesV2 {
+		return rid
+	}
+	return string(name) + "\x00" + rid
+}
+
+// findRequest returns request rid's record on lock name: its key and token
+// (0 while it waits). Under RulesV2 it also finds a record written before
+// the switch, under the id alone.
+func (f *FSM) findRequest(name fencelock.LockName, rid string) (key string, token uint64, ok bool) {
+	if rid == "" {
+		return "", 0, false
+	}
+	key = f.requestKey(name, rid)
+	if token, ok = f.requests.lookup(key, string(name)); ok || key == rid {
+		return key, token, ok
+	}
+	token, ok = f.requests.lookup(rid, string(name))
+	return rid, token, ok
+}
+
+// ridOf returns the request id of a dedupe window key (see requestKey).
+func ridOf(key, name string) string {
+	if len(key) > len(name) && key[len(name)] == 0 && key[:len(name)] == name {
+		return key[len(name)+1:]
+	}
+	return key
+}
+
 func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
-	if tok, ok := f.requests.lookup(cmd.RequestID, string(cmd.Name)); ok && cmd.RequestID != "" {
+	if _, tok, ok := f.findRequest(cmd.Name, cmd.RequestID); ok {
 		l := f.locks[cmd.Name]
 		if tok != 0 {
 			// A retry of a granted request: the same grant, never a second one.
@@ -222,21 +290,31 @@ func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 	if l == nil || cmd.RequestID == "" {
 		return Result{Err: fmt.Errorf("cancel wait on %q: %w", cmd.Name, fencelock.ErrNotFound)}
 	}
-	if _, ok := f.requests.lookup(cmd.RequestID, string(cmd.Name)); ok {
-		f.requests.forget(cmd.RequestID)
+	key, _, remembered := f.findRequest(cmd.Name, cmd.RequestID)
+	forget := func() {
+		if remembered {
+			f.requests.forget(key)
+		}
+	}
+	if f.rules.Load() < RulesV2 {
+		forget() // whatever follows
 	}
 	for i, w := range l.Waiters {
 		if w.RequestID == cmd.RequestID {
 			l.Waiters = append(l.Waiters[:i], l.Waiters[i+1:]...)
 			f.dropIfIdle(l)
+			forget()
 			return Result{}
 		}
 	}
-	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID {
+	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID && (!cmd.Wait || f.rules.Load() < RulesV2) {
 		// Granted after the waiter gave up: nobody will use this grant.
 		f.end(index, cmd.Now, l, false, events)
+		forget()
 		return Result{}
 	}
+	// Under RulesV2 the record stays: a late retry of a request whose
+	// grant ended learns so, instead of being granted anew for nobody.
 	return Result{Err: fmt.Errorf("cancel wait on %q: request %s: %w", cmd.Name, cmd.RequestID, fencelock.ErrNotFound)}
 }
 
@@ -272,15 +350,22 @@ func (f *FSM) remember(rid string, name fencelock.LockName, tok fencelock.Token,
 	if rid == "" {
 		return
 	}
-	f.requests.put(rid, string(name), uint64(tok), now)
+	key := f.requestKey(name, rid)
+	if key != rid {
+		// A record of this request from before RulesV2 gives way.
+		if _, ok := f.requests.lookup(rid, string(name)); ok {
+			f.requests.forget(rid)
+		}
+	}
+	f.requests.put(key, string(name), uint64(tok), now)
 }
 
 // prune forgets request ids and expired leases older than the window.
 func (f *FSM) prune(now int64) {
 	cut := now - f.window
-	f.requests.prune(cut, now, func(rid, name string, token uint64) bool {
+	f.requests.prune(cut, now, func(key, name string, token uint64) bool {
 		// Still waiting: its retries must keep finding it.
-		return token == 0 && f.queued(fencelock.LockName(name), rid)
+		return token == 0 && f.queued(fencelock.LockName(name), ridOf(key, name))
 	})
 	f.expired.prune(cut, now, nil)
 }
@@ -406,6 +491,9 @@ func (f *FSM) MemberAPIs() map[string]string {
 	}
 	return out
 }
+
+// Rules returns the rules in force (RulesV1...).
+func (f *FSM) Rules() uint64 { return f.rules.Load() }
 
 // AppliedIndex returns the index of the last applied entry.
 func (f *FSM) AppliedIndex() uint64 {

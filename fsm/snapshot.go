@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hashicorp/raft"
 )
@@ -18,6 +20,7 @@ type state struct {
 	Expired  []record          `json:"expired"`
 	Members  map[string]string `json:"members,omitempty"`
 	LastNow  int64             `json:"last_now"`
+	Rules    uint64            `json:"rules,omitempty"` // absent: RulesV1
 }
 
 type snapshot struct {
@@ -37,6 +40,11 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	st := state{Applied: f.applied, LastNow: f.lastNow, Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members))}
+	if f.rules.Load() > RulesV1 {
+		// Left out under RulesV1, which a snapshot without it means: a
+		// node of an earlier release restores it as it always did.
+		st.Rules = f.rules.Load()
+	}
 	for k, v := range f.members {
 		st.Members[k] = v
 	}
@@ -65,6 +73,8 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 }
 
 func (s *snapshot) encode(w *bufio.Writer) error {
+	// In name order, so that two snapshots of one state are the same bytes.
+	slices.SortFunc(s.st.Locks, func(a, b Lock) int { return strings.Compare(string(a.Name), string(b.Name)) })
 	locks, err := json.Marshal(s.st.Locks)
 	if err != nil {
 		return err
@@ -108,6 +118,10 @@ func (s *snapshot) encode(w *bufio.Writer) error {
 	}
 	b = append(b, `,"last_now":`...)
 	b = strconv.AppendInt(b, s.st.LastNow, 10)
+	if s.st.Rules != 0 {
+		b = append(b, `,"rules":`...)
+		b = strconv.AppendUint(b, s.st.Rules, 10)
+	}
 	b = append(b, "}\n"...)
 	_, err = w.Write(b)
 	return err
@@ -154,6 +168,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.reset()
 	f.applied = st.Applied
 	f.lastNow = st.LastNow
+	f.rules.Store(max(st.Rules, RulesV1))
 	for k, v := range st.Members {
 		f.members[k] = v
 	}

@@ -252,7 +252,9 @@ func (s *Server) expectClaim(name fencelock.LockName, rid string) {
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
 		defer cancel()
-		res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: name, RequestID: rid})
+		// Wait: only if still queued; a grant made meanwhile stands (its
+		// lease runs out if nobody uses it). Under RulesV1 it would end.
+		res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: name, RequestID: rid, Wait: true})
 		if err != nil || res.Err != nil {
 			return
 		}

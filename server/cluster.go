@@ -100,6 +100,9 @@ type Status struct {
 	LastContact       time.Duration
 	Members           []Member
 	Ready             bool
+	// MaxRules is the newest log rules this node implements, Rules those
+	// its log is applied under (see fsm.RulesV1).
+	MaxRules, Rules uint64
 }
 
 // Status returns this node's view of the cluster. It is served from local
@@ -112,6 +115,7 @@ func (s *Server) Status() (Status, error) {
 		ID: s.cfg.NodeID, State: s.raft.State().String(), LeaderID: string(leaderID),
 		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: u("applied_index"),
 		LastLogIndex: u("last_log_index"), LastSnapshotIndex: u("last_snapshot_index"), Ready: s.Ready(),
+		MaxRules: s.maxRules(), Rules: s.fsm.Rules(),
 	}
 	st.LeaderAPI, _ = s.fsm.MemberAPI(st.LeaderID)
 	if lc := stats["last_contact"]; lc != "" && lc != "never" && lc != "0" {
@@ -174,8 +178,14 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 	}
 	if !present {
 		voters, healthy := 1, 0 // the new voter
-		if s.probe(ctx, apiAddr) {
+		st, err := s.statusOf(ctx, apiAddr)
+		if err == nil {
 			healthy++
+		}
+		if rules := s.fsm.Rules(); rules > fsm.RulesV1 && (err != nil || st.MaxRules < rules) {
+			// It would apply the log under other rules than the others.
+			return fmt.Errorf("add member %s: the cluster's log is at rules %d, and the node at API address %q does not answer that it implements them (status: %v, %v): %w",
+				id, rules, apiAddr, st.GetMaxRules(), err, fencelock.ErrPreconditionFailed)
 		}
 		for _, m := range members {
 			if m.ID == id || !m.Voter {
@@ -259,14 +269,98 @@ func (s *Server) RemoveMember(ctx context.Context, id string) error {
 // probe reports whether the node at api answers a status request within a
 // second.
 func (s *Server) probe(ctx context.Context, api string) bool {
+	_, err := s.statusOf(ctx, api)
+	return err == nil
+}
+
+// statusOf asks the node at api for its status, waiting at most a second.
+func (s *Server) statusOf(ctx context.Context, api string) (*fencelockv1.StatusResponse, error) {
 	if api == "" {
-		return false
+		return nil, errors.New("no API address recorded")
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	c := fencelockv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+api)
-	_, err := c.Status(ctx, connect.NewRequest(&fencelockv1.StatusRequest{}))
-	return err == nil
+	resp, err := c.Status(ctx, connect.NewRequest(&fencelockv1.StatusRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// maxRules is the newest log rules this node implements (Config.MaxRules).
+func (s *Server) maxRules() uint64 {
+	if s.cfg.MaxRules != 0 {
+		return s.cfg.MaxRules
+	}
+	return fsm.MaxRules
+}
+
+// raiseRulesEvery is how often a leader whose cluster could run newer log
+// rules asks its members again what they implement.
+const raiseRulesEvery = 3 * time.Second
+
+// raiseRules raises the cluster's log rules (see fsm.RulesV1) as far as
+// every member implements, and keeps trying while this node leads in
+// epoch and some member lags (a rolling upgrade under way).
+func (s *Server) raiseRules(epoch uint64) {
+	for s.fsm.Rules() < s.maxRules() {
+		if s.leases.currentEpoch() != epoch || s.raft.State() != raft.Leader {
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+		err := s.tryRaiseRules(ctx)
+		cancel()
+		if err != nil {
+			s.log.Debug("log rules not raised yet", "rules", s.fsm.Rules(), "implemented", s.maxRules(), "why", err)
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(raiseRulesEvery):
+		}
+	}
+}
+
+// errRulesHeld: some member does not implement newer rules yet.
+var errRulesHeld = errors.New("held back by a member")
+
+// tryRaiseRules asks every member which log rules it implements and, if all
+// implement newer rules than the log's, proposes the newest they share.
+// Membership changes wait meanwhile, so that no member joins between the
+// question and the switch (AddMember refuses a node behind the log's rules).
+func (s *Server) tryRaiseRules(ctx context.Context) error {
+	s.membership.Lock()
+	defer s.membership.Unlock()
+	members, err := s.members()
+	if err != nil {
+		return err
+	}
+	want := s.maxRules()
+	for _, m := range members {
+		if m.ID == s.cfg.NodeID {
+			continue
+		}
+		st, err := s.statusOf(ctx, m.APIAddr)
+		if err != nil {
+			return fmt.Errorf("member %s does not answer: %w", m.ID, err)
+		}
+		if st.MaxRules < want {
+			want = st.MaxRules
+		}
+	}
+	if cur := s.fsm.Rules(); want <= cur {
+		return fmt.Errorf("rules %d: %w", cur, errRulesHeld)
+	}
+	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpSetRules, Token: fencelock.Token(want)})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		return err
+	}
+	s.log.Info("log rules raised: every member implements them", "rules", want, "members", len(members))
+	return nil
 }
 
 // TransferLeader hands leadership to member id, or to any up-to-date

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/fencelock/fencelock/fsm"
 )
 
 // Config configures a Server. Start from DefaultConfig.
@@ -55,6 +57,12 @@ type Config struct {
 	// ApplyTimeout bounds how long one proposal waits to be committed when
 	// the caller's context has no earlier deadline.
 	ApplyTimeout time.Duration
+	// MaxRules caps the log rules this node reports it implements (0: all
+	// that this build does, fsm.MaxRules). A leader raises the cluster's
+	// rules only to what every member reports, and a raise cannot be undone:
+	// cap it during a rolling upgrade that may have to be rolled back, then
+	// lift the cap.
+	MaxRules uint64
 
 	// Logger receives the server's structured logs.
 	Logger *slog.Logger
@@ -110,6 +118,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.Bootstrap) > 0 && !self {
 		errs = append(errs, fmt.Errorf("bootstrap list does not include this node (%s)", c.NodeID))
+	}
+	if c.MaxRules > fsm.MaxRules {
+		errs = append(errs, fmt.Errorf("max rules %d: this build implements rules 1 to %d", c.MaxRules, fsm.MaxRules))
 	}
 	if c.ApplyTimeout <= 0 {
 		errs = append(errs, errors.New("apply timeout must be positive"))

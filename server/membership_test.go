@@ -12,32 +12,26 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/server"
 )
 
 type memberNode struct {
-	s  *server.Server
-	hs *http.Server
+	s   *server.Server
+	hs  *http.Server
+	cfg server.Config
 }
 
-// TestRemoveMember_ConcurrentRemovalsKeepAQuorum: membership changes run
-// one at a time, each checking the quorum against the configuration as it
-// is. Two removals at once from four voters with one down each passed the
-// check against the same configuration, and together left {leader, the
-// dead node}: no leader could ever be elected.
-func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
-	const n = 4
+// startMemberNodes starts an in-process cluster of n voters, a to ..., with
+// tweak (if set) adjusting each node's config, and returns once one of them
+// is a ready leader that knows every member's API address.
+func startMemberNodes(t *testing.T, n int, tweak func(i int, cfg *server.Config)) ([]*memberNode, []server.Peer, int) {
+	t.Helper()
 	var peers []server.Peer
 	raft := make([]string, n)
-	lns := make([]net.Listener, n)
 	for i := range n {
 		raft[i] = testproc.FreeAddr(t)
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns[i] = ln
 		peers = append(peers, server.Peer{ID: string(rune('a' + i)), RaftAddr: raft[i]})
 	}
 	nodes := make([]*memberNode, n)
@@ -46,20 +40,15 @@ func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
 		cfg.NodeID = peers[i].ID
 		cfg.DataDir = t.TempDir()
 		cfg.RaftAddr = raft[i]
-		cfg.APIAddr = lns[i].Addr().String()
+		cfg.APIAddr = testproc.FreeAddr(t)
 		cfg.Bootstrap = peers
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		s, err := server.Open(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
+		if tweak != nil {
+			tweak(i, &cfg)
 		}
-		hs := &http.Server{Handler: s.Handler()}
-		go hs.Serve(lns[i])
-		nodes[i] = &memberNode{s, hs}
-		t.Cleanup(func() { hs.Close(); s.Close() })
+		nodes[i] = openMemberNode(t, cfg)
 	}
-	// Wait for a ready leader that knows every API address.
-	var leader int = -1
+	leader := -1
 	deadline := time.Now().Add(20 * time.Second)
 	for leader < 0 && time.Now().Before(deadline) {
 		for i, nd := range nodes {
@@ -79,6 +68,41 @@ func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
 	if leader < 0 {
 		t.Fatal("no ready leader with all API addresses")
 	}
+	return nodes, peers, leader
+}
+
+// openMemberNode opens a server with cfg and serves its API at cfg.APIAddr.
+func openMemberNode(t *testing.T, cfg server.Config) *memberNode {
+	t.Helper()
+	ln, err := net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.Open(context.Background(), cfg)
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	nd := &memberNode{s: s, hs: &http.Server{Handler: s.Handler()}, cfg: cfg}
+	go nd.hs.Serve(ln)
+	t.Cleanup(nd.close)
+	return nd
+}
+
+// close stops the node (again: a no-op).
+func (nd *memberNode) close() {
+	nd.hs.Close()
+	nd.s.Close()
+}
+
+// TestRemoveMember_ConcurrentRemovalsKeepAQuorum: membership changes run
+// one at a time, each checking the quorum against the configuration as it
+// is. Two removals at once from four voters with one down each passed the
+// check against the same configuration, and together left {leader, the
+// dead node}: no leader could ever be elected.
+func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
+	const n = 4
+	nodes, peers, leader := startMemberNodes(t, n, nil)
 	var others []int
 	for i := range n {
 		if i != leader {
@@ -86,8 +110,7 @@ func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
 		}
 	}
 	dead := others[2]
-	nodes[dead].hs.Close()
-	nodes[dead].s.Close()
+	nodes[dead].close()
 
 	ctx := context.Background()
 	errs := make([]error, 2)
@@ -143,5 +166,90 @@ func TestAddMember_UnreachableVoterIsRefused(t *testing.T) {
 	time.Sleep(2 * time.Second) // an added voter would have cost the leadership by now
 	if st, _ := s.Status(); !st.Ready || len(st.Members) != 1 {
 		t.Fatalf("after the refused add: ready %v, %d members; want ready with 1", st.Ready, len(st.Members))
+	}
+}
+
+// TestRules_RaisedOnceEveryMemberImplementsThem: the leader raises the log
+// rules only when every member implements the new ones (one capped at
+// RulesV1 stands for a node of an earlier release in a rolling upgrade);
+// once raised, a node that does not implement them may not join.
+func TestRules_RaisedOnceEveryMemberImplementsThem(t *testing.T) {
+	const old = 2 // node c
+	nodes, _, leader := startMemberNodes(t, 3, func(i int, cfg *server.Config) {
+		if i == old {
+			cfg.MaxRules = fsm.RulesV1
+		}
+	})
+	rules := func() []uint64 {
+		var out []uint64
+		for _, nd := range nodes {
+			st, _ := nd.s.Status()
+			out = append(out, st.Rules)
+		}
+		return out
+	}
+	// The leader asks every few seconds; a raise would show by then.
+	time.Sleep(2*time.Second + 3*time.Second)
+	for i, r := range rules() {
+		if r != fsm.RulesV1 {
+			t.Fatalf("node %d applies rules %d while node c implements only 1 (leader %d)", i, r, leader)
+		}
+	}
+
+	// c is upgraded: restarted without the cap, on its own data.
+	nodes[old].close()
+	cfg := nodes[old].cfg
+	cfg.MaxRules = 0
+	cfg.Bootstrap = nil
+	nodes[old] = openMemberNode(t, cfg)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rs := rules()
+		if rs[0] == fsm.RulesV2 && rs[1] == fsm.RulesV2 && rs[2] == fsm.RulesV2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rules on a, b, c: %v; want all %d once every member implements them", rs, fsm.RulesV2)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// A node capped at RulesV1 answers, but may not join any more.
+	dcfg := server.DefaultConfig()
+	dcfg.NodeID, dcfg.DataDir, dcfg.Join = "d", t.TempDir(), true
+	dcfg.RaftAddr, dcfg.APIAddr = testproc.FreeAddr(t), testproc.FreeAddr(t)
+	dcfg.MaxRules = fsm.RulesV1
+	dcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	d := openMemberNode(t, dcfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var ld *server.Server
+	for _, nd := range nodes {
+		if nd.s.Ready() {
+			ld = nd.s
+		}
+	}
+	if ld == nil {
+		t.Fatal("no ready leader")
+	}
+	err := ld.AddMember(ctx, "d", dcfg.RaftAddr, dcfg.APIAddr)
+	if !errors.Is(err, fencelock.ErrPreconditionFailed) {
+		t.Fatalf("add a node that implements rules 1 to a cluster at rules 2: %v, want ErrPreconditionFailed", err)
+	}
+	// Uncapped, it joins.
+	d.close()
+	dcfg.MaxRules = 0
+	d = openMemberNode(t, dcfg)
+	if err := ld.AddMember(ctx, "d", dcfg.RaftAddr, dcfg.APIAddr); err != nil {
+		t.Fatalf("add a node that implements rules 2: %v", err)
+	}
+	for {
+		if st, _ := d.s.Status(); st.Rules == fsm.RulesV2 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the new member never applied the log up to the raise")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -242,6 +242,7 @@ func (s *Server) becomeReady(epoch uint64) {
 	}
 	s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "queued", len(queued), "term", s.raft.Stats()["term"])
 	s.recordAPIAddr()
+	s.raiseRules(epoch)
 }
 
 // Apply proposes cmd through Raft and waits until it is applied or ctx ends.
@@ -327,6 +328,10 @@ func (s *Server) proposeWithin(cmd fsm.Command, enqueue time.Duration) proposal 
 // piling up.
 func (s *Server) proposeBy(cmd fsm.Command, enqueue time.Duration) raft.ApplyFuture {
 	cmd.Now = time.Now().UnixNano()
+	if s.fsm.Rules() >= fsm.RulesV2 {
+		// Every member reads it (they all implement RulesV2).
+		return s.raft.Apply(cmd.EncodeBinary(), enqueue)
+	}
 	return s.raft.Apply(cmd.Encode(), enqueue)
 }
 
@@ -364,6 +369,8 @@ func opName(op fsm.Op) string {
 		return "expire"
 	case fsm.OpCancelWait:
 		return "cancel-wait"
+	case fsm.OpSetRules:
+		return "set-rules"
 	}
 	return fmt.Sprintf("op %d", op)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -58,8 +59,18 @@ func (s *Server) validate(req AcquireRequest) error {
 	if len(req.Holder) > MaxHolderLen || !utf8.ValidString(req.Holder) {
 		return fmt.Errorf("holder label must be UTF-8 of at most %d bytes: %w", MaxHolderLen, fencelock.ErrInvalidArgument)
 	}
-	if len(req.RequestID) > MaxRequestIDLen || !utf8.ValidString(req.RequestID) {
-		return fmt.Errorf("request id must be UTF-8 of at most %d bytes: %w", MaxRequestIDLen, fencelock.ErrInvalidArgument)
+	if req.RequestID != "" {
+		return validateRequestID(req.RequestID)
+	}
+	return nil
+}
+
+// validateRequestID checks a request id: UTF-8 of at most MaxRequestIDLen
+// bytes with no zero byte (the lock table keys a request by its lock's name,
+// a zero byte and its id).
+func validateRequestID(rid string) error {
+	if rid == "" || len(rid) > MaxRequestIDLen || !utf8.ValidString(rid) || strings.IndexByte(rid, 0) >= 0 {
+		return fmt.Errorf("request id must be non-empty UTF-8 of at most %d bytes with no zero byte: %w", MaxRequestIDLen, fencelock.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -323,8 +334,8 @@ func (s *Server) CancelWait(ctx context.Context, name fencelock.LockName, rid st
 	if err := name.Validate(); err != nil {
 		return err
 	}
-	if rid == "" || len(rid) > MaxRequestIDLen || !utf8.ValidString(rid) {
-		return fmt.Errorf("request id must be non-empty UTF-8 of at most %d bytes: %w", MaxRequestIDLen, fencelock.ErrInvalidArgument)
+	if err := validateRequestID(rid); err != nil {
+		return err
 	}
 	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: name, RequestID: rid})
 	if err != nil {

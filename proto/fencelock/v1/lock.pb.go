@@ -1659,7 +1659,12 @@ type StatusResponse struct {
 	LastContact *durationpb.Duration `protobuf:"bytes,10,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
 	Members     []*Member            `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
 	// True once this node is the leader with every lease re-armed.
-	Ready         bool `protobuf:"varint,12,opt,name=ready,proto3" json:"ready,omitempty"`
+	Ready bool `protobuf:"varint,12,opt,name=ready,proto3" json:"ready,omitempty"`
+	// The newest log rules this node implements (0: a node from before log
+	// rules), and the rules its log is applied under. A leader raises the
+	// cluster's rules once every member implements the new ones.
+	MaxRules      uint64 `protobuf:"varint,13,opt,name=max_rules,json=maxRules,proto3" json:"max_rules,omitempty"`
+	Rules         uint64 `protobuf:"varint,14,opt,name=rules,proto3" json:"rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1776,6 +1781,20 @@ func (x *StatusResponse) GetReady() bool {
 		return x.Ready
 	}
 	return false
+}
+
+func (x *StatusResponse) GetMaxRules() uint64 {
+	if x != nil {
+		return x.MaxRules
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetRules() uint64 {
+	if x != nil {
+		return x.Rules
+	}
+	return 0
 }
 
 type AddMemberRequest struct {
@@ -2147,7 +2166,7 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\"\x0f\n" +
-	"\rStatusRequest\"\xa8\x03\n" +
+	"\rStatusRequest\"\xdb\x03\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2162,7 +2181,9 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\flast_contact\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\vlastContact\x12.\n" +
 	"\amembers\x18\v \x03(\v2\x14.fencelock.v1.MemberR\amembers\x12\x14\n" +
-	"\x05ready\x18\f \x01(\bR\x05ready\"Z\n" +
+	"\x05ready\x18\f \x01(\bR\x05ready\x12\x1b\n" +
+	"\tmax_rules\x18\r \x01(\x04R\bmaxRules\x12\x14\n" +
+	"\x05rules\x18\x0e \x01(\x04R\x05rules\"Z\n" +
 	"\x10AddMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +

@@ -1,0 +1,180 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/fencelock/fencelock"
+)
+
+func setRules(v uint64) Command { return Command{Op: OpSetRules, Token: fencelock.Token(v)} }
+
+// A request id reused on a second lock: under RulesV1 it replaces the first
+// lock's record, so a retry on the first lock is refused by its own grant;
+// from the OpSetRules entry on, each lock keeps its own record.
+func TestFSM_RulesV2RemembersARequestPerLock(t *testing.T) {
+	for _, v := range []uint64{RulesV1, RulesV2} {
+		h := newHarness(t)
+		if r := h.apply(setRules(v)); r.Err != nil {
+			t.Fatalf("set rules %d: %v", v, r.Err)
+		}
+		if got := h.f.Rules(); got != v {
+			t.Fatalf("rules after setting %d: %d", v, got)
+		}
+		ga := h.apply(acq("a", "same", "La", false)).Grant
+		if gb := h.apply(acq("b", "same", "Lb", false)).Grant; gb == nil {
+			t.Fatalf("rules %d: the id on a second lock was not granted", v)
+		}
+		retry := h.apply(acq("a", "same", "La", false))
+		switch v {
+		case RulesV1:
+			if !errors.Is(retry.Err, fencelock.ErrLockHeld) {
+				t.Errorf("rules 1: retry on the first lock: got %+v, want LockHeld (its record was replaced)", retry)
+			}
+		case RulesV2:
+			if retry.Err != nil || retry.Grant == nil || retry.Grant.Token != ga.Token {
+				t.Errorf("rules 2: retry on the first lock: got %+v, want its grant, token %d", retry, ga.Token)
+			}
+		}
+	}
+}
+
+// Records written before the switch are still found after it, under the id
+// alone: a retry across the switch gets its grant, and a queued request
+// keeps its place.
+func TestFSM_RulesV2FindsRecordsFromBefore(t *testing.T) {
+	h := newHarness(t)
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	h.apply(acq("a", "w1", "Lw", true))
+	h.apply(setRules(RulesV2))
+	if r := h.apply(acq("a", "r1", "L1", false)); r.Grant == nil || r.Grant.Token != g.Token {
+		t.Fatalf("retry across the switch: got %+v, want token %d", r, g.Token)
+	}
+	if r := h.apply(acq("a", "w1", "Lw", true)); !r.Queued {
+		t.Fatalf("queued retry across the switch: got %+v, want queued", r)
+	}
+	if l, _ := h.f.Get("a"); len(l.Waiters) != 1 {
+		t.Fatalf("waiters after the retry: %+v, want one", l.Waiters)
+	}
+	// w1 is granted after the switch: its record moves to the new key, and
+	// the old one goes.
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token})
+	reqs, _ := windowAt(h.f)
+	var keys []string
+	for _, r := range reqs {
+		keys = append(keys, r.Key)
+	}
+	if got := strings.Join(keys, ","); got != "r1,a\x00w1" {
+		t.Errorf("window keys: %q, want r1 and a\\x00w1", got)
+	}
+	w := h.apply(acq("a", "w1", "Lw", true))
+	if w.Grant == nil || w.Grant.LeaseID != "Lw" {
+		t.Errorf("retry of w1 after its grant: got %+v, want its grant", w)
+	}
+}
+
+// A cancel that cancels nothing (the grant had ended): under RulesV1 it
+// forgets the request, and a late retry is granted anew, for nobody; under
+// RulesV2 the retry learns that its grant ended.
+func TestFSM_RulesV2CancelOfNothingKeepsTheRecord(t *testing.T) {
+	for _, v := range []uint64{RulesV1, RulesV2} {
+		h := newHarness(t)
+		h.apply(setRules(v))
+		g := h.apply(acq("a", "r1", "L1", false)).Grant
+		h.apply(Command{Op: OpExpire, Name: "a", Token: g.Token})
+		if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "r1"}); !errors.Is(r.Err, fencelock.ErrNotFound) {
+			// The lock has no entry any more.
+			t.Fatalf("rules %d: cancel of an ended grant: %+v, want ErrNotFound", v, r)
+		}
+		// With a lock entry (another holder), the cancel finds the lock
+		// but not the request.
+		h.apply(acq("a", "other", "Lo", false))
+		if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "r1"}); !errors.Is(r.Err, fencelock.ErrNotFound) {
+			t.Fatalf("rules %d: cancel of an ended grant: %+v, want ErrNotFound", v, r)
+		}
+		retry := h.apply(acq("a", "r1", "L1", true))
+		switch v {
+		case RulesV1:
+			if !retry.Queued {
+				t.Errorf("rules 1: late retry: got %+v, want queued anew (the record was forgotten)", retry)
+			}
+		case RulesV2:
+			if !errors.Is(retry.Err, fencelock.ErrNotHolder) {
+				t.Errorf("rules 2: late retry: got %+v, want ErrNotHolder (its grant ended)", retry)
+			}
+		}
+	}
+}
+
+// The cancel of an unclaimed request (Wait set): under RulesV2 it takes the
+// request out of the queue only; a grant made meanwhile stands.
+func TestFSM_RulesV2UnclaimedCancelNeverEndsAGrant(t *testing.T) {
+	for _, v := range []uint64{RulesV1, RulesV2} {
+		h := newHarness(t)
+		h.apply(setRules(v))
+		g := h.apply(acq("a", "r1", "L1", false)).Grant
+		h.apply(acq("a", "w1", "Lw", true))
+		h.apply(acq("a", "w2", "Lw2", true))
+		// Queued: the cancel takes it out in either rules.
+		if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w2", Wait: true}); r.Err != nil || h.f.Queued("a", "w2") {
+			t.Fatalf("rules %d: unclaimed cancel of a queued request: %+v, still queued %v", v, r, h.f.Queued("a", "w2"))
+		}
+		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token}) // w1 granted
+		r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w1", Wait: true})
+		l, _ := h.f.Get("a")
+		switch v {
+		case RulesV1:
+			if r.Err != nil || l.Holder != nil {
+				t.Errorf("rules 1: unclaimed cancel of a granted request: %+v, holder %+v; want the grant ended", r, l.Holder)
+			}
+		case RulesV2:
+			if !errors.Is(r.Err, fencelock.ErrNotFound) || l.Holder == nil || l.Holder.RequestID != "w1" {
+				t.Errorf("rules 2: unclaimed cancel of a granted request: %+v, holder %+v; want ErrNotFound and w1 still holding", r, l.Holder)
+			}
+		}
+	}
+}
+
+// The rules survive a snapshot; a snapshot without them (every snapshot of
+// earlier releases) restores as RulesV1; they never go down; and rules newer
+// than this build are refused.
+func TestFSM_RulesInSnapshotsAndNeverLowered(t *testing.T) {
+	h := newHarness(t)
+	if r := h.apply(setRules(MaxRules + 1)); r.Err == nil || h.f.Rules() != RulesV1 {
+		t.Fatalf("rules newer than the build: %+v, rules %d; want an error and rules 1", r, h.f.Rules())
+	}
+	var v1 bytes.Buffer
+	snap, _ := h.f.Snapshot()
+	if err := snap.Persist(&sink{Buffer: &v1}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(v1.String(), `"rules"`) {
+		t.Errorf("a rules 1 snapshot names its rules (earlier releases write none): %s", v1.String())
+	}
+	h.apply(setRules(RulesV2))
+	h.apply(setRules(RulesV1))
+	if got := h.f.Rules(); got != RulesV2 {
+		t.Fatalf("rules after setting 2 then 1: %d, want 2", got)
+	}
+	var v2 bytes.Buffer
+	snap, _ = h.f.Snapshot()
+	if err := snap.Persist(&sink{Buffer: &v2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		snap string
+		want uint64
+	}{{v2.String(), RulesV2}, {v1.String(), RulesV1}} {
+		f := New(0, nil)
+		f.rules.Store(RulesV2) // Restore replaces, never merges
+		if err := f.Restore(io.NopCloser(strings.NewReader(c.snap))); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Rules(); got != c.want {
+			t.Errorf("rules restored from %s: %d, want %d", c.snap, got, c.want)
+		}
+	}
+}
