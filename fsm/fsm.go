@@ -145,6 +145,10 @@ type event struct {
 func (f *FSM) Apply(l *raft.Log) any {
 	cmd, err := DecodeCommand(l.Data)
 	if err != nil {
+		// Every replica refuses it alike; it is applied all the same.
+		f.mu.Lock()
+		f.applied = l.Index
+		f.mu.Unlock()
 		return Result{Err: fmt.Errorf("apply entry %d: %v: %w", l.Index, err, fencelock.ErrInvalidArgument)}
 	}
 	f.mu.Lock()

@@ -583,3 +583,18 @@ func TestFSM_PersistWhileEntriesApply(t *testing.T) {
 		h.now += int64(100 * time.Millisecond) // the next round's applies prune this one's window
 	}
 }
+
+// An entry that does not decode is refused alike on every replica, and
+// counts as applied: AppliedIndex (and so snapshots) move past it.
+func TestFSM_UndecodableEntryIsRefusedAndApplied(t *testing.T) {
+	h := newHarness(t)
+	h.apply(acq("a", "r1", "L1", false))
+	h.index++
+	r := h.f.Apply(&raft.Log{Index: h.index, Data: []byte{0x7f, 1, 2}}).(Result)
+	if !errors.Is(r.Err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("undecodable entry: %+v, want ErrInvalidArgument", r)
+	}
+	if got := h.f.AppliedIndex(); got != h.index {
+		t.Errorf("applied index after the undecodable entry %d: %d", h.index, got)
+	}
+}

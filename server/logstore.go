@@ -55,6 +55,11 @@ func openLogStore(cfg Config) (*raftStore, error) {
 		b.Close()
 		return nil, fmt.Errorf("open raft log: %w", err)
 	}
+	if cut := l.Cut(); cut != "" {
+		// Raft fetches what was past the cut again from a leader that
+		// holds it.
+		cfg.Logger.Warn("raft log: cut its end on open", "what", cut)
+	}
 	if err := moveBoltLogs(b, l); err != nil {
 		l.Close()
 		b.Close()

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,8 +57,8 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return nil, fmt.Errorf("create data dir: %w", err)
+	if err := createDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, waiters: newWaiters(), metrics: newMetrics()}
 	s.deferrals = newDeferrals(s)
@@ -438,4 +439,24 @@ func (w slogWriter) Write(p []byte) (int, error) {
 	}
 	w.log.Log(context.Background(), level, line, "component", "raft")
 	return len(p), nil
+}
+
+// createDataDir creates dir if it does not exist, and then syncs its parent,
+// so that a crash cannot lose the directory with the log synced inside it.
+func createDataDir(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	parent, err := os.Open(filepath.Dir(filepath.Clean(dir)))
+	if err != nil {
+		return fmt.Errorf("sync data dir's parent: %w", err)
+	}
+	defer parent.Close()
+	if err := parent.Sync(); err != nil {
+		return fmt.Errorf("sync data dir's parent: %w", err)
+	}
+	return nil
 }

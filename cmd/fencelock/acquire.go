@@ -46,6 +46,9 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(rest) > 0 {
 		return usageErr("acquire takes one NAME, got extra %q", rest)
 	}
+	if *ttl <= 0 {
+		return usageErr("--ttl %v: want a positive duration", *ttl)
+	}
 	c, err := newClient()
 	if err != nil {
 		return err

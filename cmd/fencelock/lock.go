@@ -40,6 +40,12 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(rest) == 0 {
 		return usageErr("lock: no COMMAND given: fencelock lock NAME -- COMMAND [ARGS...]")
 	}
+	if *ttl <= 0 {
+		return usageErr("--ttl %v: want a positive duration", *ttl)
+	}
+	if *killAfter < 0 {
+		return usageErr("--kill-after %v: want 0 (SIGKILL at once) or more", *killAfter)
+	}
 	c, err := newClient()
 	if err != nil {
 		return err

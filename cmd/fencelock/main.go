@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q: run \"fencelock help\" for the list", args[0])
+		return usageErr("unknown command %q: run \"fencelock help\" for the list", args[0])
 	}
 	return cmd(ctx, args[1:], stdout, stderr)
 }

@@ -35,6 +35,9 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	if sub == "list" && len(rest) > 0 {
+		return usageErr("members list takes no arguments, got %q", rest)
+	}
 	switch sub {
 	case "list":
 		st, err := anyStatus(ctx, c)

@@ -55,6 +55,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return usageErr("serve takes no arguments, got %q", fs.Args())
 	}
+	if cfg.MaxRules > fsm.MaxRules {
+		return usageErr("--max-rules %d: this build implements rules 1 to %d", cfg.MaxRules, fsm.MaxRules)
+	}
 	if *procs < 0 {
 		return usageErr("--procs %d: want 0 (Go's default) or more", *procs)
 	}

@@ -77,9 +77,16 @@ type Store struct {
 	last   uint64
 	failed error
 	closed bool
+	// cut describes what Open cut off the last segment ("" if nothing).
+	cut string
 }
 
 var _ raft.LogStore = (*Store)(nil)
+
+// Cut describes what Open cut off the end of the log: a write that had not
+// finished (a crash), or a damaged record and everything after it, which
+// Open cannot tell apart. "" if the log ended cleanly.
+func (s *Store) Cut() string { return s.cut }
 
 // segment is one file: the entries base, base+1, ... at offs.
 type segment struct {
@@ -222,6 +229,9 @@ func (s *Store) load(base uint64, tail bool) (*segment, error) {
 	if err := f.Truncate(g.end); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("raftlog: cut unfinished write off %s: %w", path, err)
+	}
+	if !clean {
+		s.cut = fmt.Sprintf("%s cut at offset %d, after entry %d: an unfinished write or a damaged record, and all after it", path, g.end, base+uint64(len(g.offs))-1)
 	}
 	g.filled = g.end
 	if err := s.prealloc(f, g.end); err != nil {
