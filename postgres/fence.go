@@ -29,6 +29,9 @@ ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token
 WHERE f.token <= EXCLUDED.token
 RETURNING f.token`
 	highestSQL = `SELECT token FROM fencelock_fences WHERE domain = $1`
+	// abortSQL fails on purpose: PostgreSQL then refuses every further
+	// statement of the transaction, and its commit rolls back.
+	abortSQL = `DO $$ BEGIN RAISE EXCEPTION 'fencelock: stale fencing token; this transaction must roll back'; END $$`
 )
 
 // Querier runs statements: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.
@@ -64,7 +67,8 @@ func dbToken(token fencelock.Token) (int64, error) {
 // token the domain has accepted, stores it as the new highest, and keeps the
 // domain's row locked until tx ends, so the rest of tx is fenced. Call it
 // before tx's writes. It returns a *fencelock.StaleTokenError for a lower
-// token, after which tx must be rolled back; an error wrapping
+// token, after which tx is aborted (PostgreSQL refuses its further
+// statements, and its commit rolls back); an error wrapping
 // fencelock.ErrMissingToken for 0, ErrInvalidToken for a token above
 // math.MaxInt64, and ErrInvalidName for a malformed domain. The table must
 // exist (CreateFenceTable).
@@ -93,6 +97,9 @@ func Check(ctx context.Context, tx pgx.Tx, domain string, token fencelock.Token)
 		return fmt.Errorf("check fence %q: read highest token: %w", domain, err)
 	}
 	if err := fence.Admit(domain, fencelock.Token(stored), token); err != nil {
+		// A caller that ignored the refusal and went on would commit
+		// its writes unfenced: abort tx, so that they never land.
+		_, _ = tx.Exec(ctx, abortSQL)
 		return err
 	}
 	return fmt.Errorf("check fence %q: token %d refused although the highest token is %d", domain, token, stored)

@@ -88,6 +88,33 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// TestCheck_staleAbortsTheTransaction: a caller that ignores a stale
+// refusal and goes on cannot commit its writes.
+func TestCheck_staleAbortsTheTransaction(t *testing.T) {
+	db := newTestDB(t)
+	pool := db.pool(t)
+	db.exec(t, pool, `CREATE TABLE ledger (id INT PRIMARY KEY)`)
+	db.exec(t, pool, `INSERT INTO fencelock_fences VALUES ('d', 34)`)
+	ctx := t.Context()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if err := postgres.Check(ctx, tx, "d", 33); !errors.Is(err, fencelock.ErrStaleToken) {
+		t.Fatalf("Check with a stale token: %v, want ErrStaleToken", err)
+	}
+	_, werr := tx.Exec(ctx, `INSERT INTO ledger VALUES (1)`)
+	cerr := tx.Commit(ctx)
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM ledger`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 || cerr == nil {
+		t.Fatalf("after a stale Check: write %v, commit %v, %d rows stored; want the write refused and the commit rolled back", werr, cerr, n)
+	}
+}
+
 // TestCheck_concurrent runs two transactions of one domain at once: the
 // first takes the fence, the second waits on its row, then the first ends.
 func TestCheck_concurrent(t *testing.T) {
