@@ -205,6 +205,9 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 			// this replica's build is older than its configuration says.
 			return Result{Err: fmt.Errorf("apply entry %d: rules %d, newer than this build's %d: %w", index, v, MaxRules, fencelock.ErrInvalidArgument)}
 		} else if v > f.rules.Load() {
+			if v >= RulesV2 && f.rules.Load() < RulesV2 {
+				f.forgetAmbiguous()
+			}
 			f.rules.Store(v) // never lowered
 		}
 		return Result{}
@@ -236,6 +239,24 @@ func (f *FSM) findRequest(name fencelock.LockName, rid string) (key string, toke
 	}
 	token, ok = f.requests.lookup(rid, string(name))
 	return rid, token, ok
+}
+
+// forgetAmbiguous forgets, as the log switches to RulesV2, the records
+// whose key (a request id, under RulesV1) reads as a RulesV2 key of their
+// own lock: an id "A\x00r" on lock A, which releases before RulesV2
+// accepted, would otherwise be taken for request "r" on A. A retry of such a
+// request is a new request.
+func (f *FSM) forgetAmbiguous() {
+	var keys []string
+	f.requests.view().each(func(key, name []byte, _ uint64, _ int64) bool {
+		if len(key) > len(name) && key[len(name)] == 0 && string(key[:len(name)]) == string(name) {
+			keys = append(keys, string(key))
+		}
+		return true
+	})
+	for _, k := range keys {
+		f.requests.forget(k)
+	}
 }
 
 // ridOf returns the request id of a dedupe window key (see requestKey).
@@ -369,7 +390,11 @@ func (f *FSM) prune(now int64) {
 	cut := now - f.window
 	f.requests.prune(cut, now, func(key, name string, token uint64) bool {
 		// Still waiting: its retries must keep finding it.
-		return token == 0 && f.queued(fencelock.LockName(name), ridOf(key, name))
+		rid := key
+		if f.rules.Load() >= RulesV2 {
+			rid = ridOf(key, name)
+		}
+		return token == 0 && f.queued(fencelock.LockName(name), rid)
 	})
 	f.expired.prune(cut, now, nil)
 }

@@ -282,24 +282,27 @@ func (s *sink) Cancel() error { return nil }
 func (s *sink) Close() error  { return nil }
 
 func TestFSM_QueuedRequestOutlivesTheDedupeWindow(t *testing.T) {
-	h := newHarness(t)
-	g := h.apply(acq("a", "r1", "L1", false)).Grant
-	h.apply(acq("a", "w1", "Lw1", true))
-	h.now += int64(5 * time.Minute) // window is 1 minute
-	h.apply(acq("other", "x", "Lx", false))
-	if r := h.apply(acq("a", "w1", "Lw1b", true)); !r.Queued {
-		t.Fatalf("retry of a request still queued after the window: got %+v, want queued", r)
-	}
-	if l, _ := h.f.Get("a"); len(l.Waiters) != 1 {
-		t.Fatalf("queue has %d waiters after the retry, want 1 (no second waiter)", len(l.Waiters))
-	}
-	h.now += int64(5 * time.Minute)
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
-	granted, _ := h.f.Get("a")
-	// The retry window of a grant starts at the grant: a retry right after
-	// it gets the same grant, not a second one.
-	if r := h.apply(acq("a", "w1", "Lw1c", true)); r.Grant == nil || r.Grant.Token != granted.Holder.Token {
-		t.Errorf("retry just after the waiter's grant: got %+v, want its grant (token %d)", r, granted.Holder.Token)
+	for _, v := range []uint64{RulesV1, RulesV2} {
+		h := newHarness(t)
+		h.apply(setRules(v))
+		g := h.apply(acq("a", "r1", "L1", false)).Grant
+		h.apply(acq("a", "w1", "Lw1", true))
+		h.now += int64(5 * time.Minute) // window is 1 minute
+		h.apply(acq("other", "x", "Lx", false))
+		if r := h.apply(acq("a", "w1", "Lw1b", true)); !r.Queued {
+			t.Fatalf("rules %d: retry of a request still queued after the window: got %+v, want queued", v, r)
+		}
+		if l, _ := h.f.Get("a"); len(l.Waiters) != 1 {
+			t.Fatalf("rules %d: queue has %d waiters after the retry, want 1 (no second waiter)", v, len(l.Waiters))
+		}
+		h.now += int64(5 * time.Minute)
+		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+		granted, _ := h.f.Get("a")
+		// The retry window of a grant starts at the grant: a retry right after
+		// it gets the same grant, not a second one.
+		if r := h.apply(acq("a", "w1", "Lw1c", true)); r.Grant == nil || r.Grant.Token != granted.Holder.Token {
+			t.Errorf("rules %d: retry just after the waiter's grant: got %+v, want its grant (token %d)", v, r, granted.Holder.Token)
+		}
 	}
 }
 

@@ -178,3 +178,46 @@ func TestFSM_RulesInSnapshotsAndNeverLowered(t *testing.T) {
 		}
 	}
 }
+
+// A cancel after the switch of a request recorded before it forgets that
+// record: the grant it ended is not held against a retry, which is a new
+// request, as it would be under either rules alone.
+func TestFSM_RulesV2CancelForgetsARecordFromBefore(t *testing.T) {
+	h := newHarness(t)
+	h.apply(acq("a", "r1", "L1", false))
+	h.apply(setRules(RulesV2))
+	if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "r1"}); r.Err != nil {
+		t.Fatalf("cancel of a grant from before the switch: %v", r.Err)
+	}
+	if r := h.apply(acq("a", "r1", "L1b", false)); r.Grant == nil || r.Grant.LeaseID != "L1b" {
+		t.Errorf("retry after the cancel: %+v, want a new grant", r)
+	}
+}
+
+// A request id with a zero byte, which releases before rules 2 accepted,
+// reads as a rules 2 key: "a\x00r" on lock a would pass for request r. The
+// switch forgets such records.
+func TestFSM_RulesV2ForgetsAmbiguousRecords(t *testing.T) {
+	h := newHarness(t)
+	g := h.apply(acq("a", "a\x00r", "L1", false)).Grant
+	h.apply(setRules(RulesV2))
+	r := h.apply(acq("a", "r", "L2", false))
+	if r.Grant != nil {
+		t.Fatalf("request r on a got the grant of request \"a\\x00r\" (token %d): %+v", g.Token, r.Grant)
+	}
+	if !errors.Is(r.Err, fencelock.ErrLockHeld) {
+		t.Errorf("request r on a held lock: %v, want LockHeld", r.Err)
+	}
+}
+
+// A snapshot of rules newer than this build does not restore.
+func TestFSM_RestoreRefusesNewerRules(t *testing.T) {
+	f := New(0, nil)
+	snap := `{"applied":5,"locks":[],"requests":[],"expired":[],"last_now":1,"rules":99}`
+	if err := f.Restore(io.NopCloser(strings.NewReader(snap))); err == nil {
+		t.Fatal("restored a snapshot of rules 99")
+	}
+	if f.AppliedIndex() != 0 || f.Rules() != RulesV1 {
+		t.Errorf("a refused restore changed the state: applied %d, rules %d", f.AppliedIndex(), f.Rules())
+	}
+}

@@ -164,6 +164,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := json.NewDecoder(rc).Decode(&st); err != nil {
 		return fmt.Errorf("decode snapshot: %w", err)
 	}
+	if st.Rules > MaxRules {
+		return fmt.Errorf("restore snapshot: log rules %d, newer than this build's %d", st.Rules, MaxRules)
+	}
 	f.mu.Lock()
 	f.reset()
 	f.applied = st.Applied

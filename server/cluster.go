@@ -168,6 +168,12 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 	}
 	s.membership.Lock()
 	defer s.membership.Unlock()
+	// Every entry proposed so far applied: a raise of the log rules still
+	// on its way (one whose proposal timed out, or one of an earlier
+	// leader) counts below.
+	if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
+		return s.raftErr("add member "+id, err)
+	}
 	members, err := s.members()
 	if err != nil {
 		return err
@@ -179,6 +185,9 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 	if !present {
 		voters, healthy := 1, 0 // the new voter
 		st, err := s.statusOf(ctx, apiAddr)
+		if err == nil && st.Id != id {
+			err = fmt.Errorf("it answers as %q", st.Id)
+		}
 		if err == nil {
 			healthy++
 		}
@@ -326,18 +335,18 @@ func (s *Server) raiseRules(epoch uint64) {
 var errRulesHeld = errors.New("held back by a member")
 
 // tryRaiseRules asks every member which log rules it implements and, if all
-// implement newer rules than the log's, proposes the newest they share.
-// Membership changes wait meanwhile, so that no member joins between the
-// question and the switch (AddMember refuses a node behind the log's rules).
+// implement newer rules than the log's, proposes the newest they share. It
+// asks without holding up membership changes, then proposes under the
+// membership lock only if the members are still those it asked: a node
+// added meanwhile was checked by AddMember against the rules then in force,
+// and one added later is checked against the new ones.
 func (s *Server) tryRaiseRules(ctx context.Context) error {
-	s.membership.Lock()
-	defer s.membership.Unlock()
-	members, err := s.members()
+	asked, err := s.members()
 	if err != nil {
 		return err
 	}
 	want := s.maxRules()
-	for _, m := range members {
+	for _, m := range asked {
 		if m.ID == s.cfg.NodeID {
 			continue
 		}
@@ -345,12 +354,22 @@ func (s *Server) tryRaiseRules(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("member %s does not answer: %w", m.ID, err)
 		}
-		if st.MaxRules < want {
-			want = st.MaxRules
+		if st.Id != m.ID {
+			return fmt.Errorf("member %s: its API address %s answers as %q", m.ID, m.APIAddr, st.Id)
 		}
+		want = min(want, st.MaxRules)
 	}
 	if cur := s.fsm.Rules(); want <= cur {
 		return fmt.Errorf("rules %d: %w", cur, errRulesHeld)
+	}
+	s.membership.Lock()
+	defer s.membership.Unlock()
+	now, err := s.members()
+	if err != nil {
+		return err
+	}
+	if !sameMembers(asked, now) {
+		return errors.New("the members changed while they were asked; asking again")
 	}
 	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpSetRules, Token: fencelock.Token(want)})
 	if err == nil {
@@ -359,8 +378,26 @@ func (s *Server) tryRaiseRules(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.log.Info("log rules raised: every member implements them", "rules", want, "members", len(members))
+	s.log.Info("log rules raised: every member implements them", "rules", want, "members", len(now))
 	return nil
+}
+
+// sameMembers reports whether a and b name the same nodes at the same
+// addresses, with the same suffrage.
+func sameMembers(a, b []Member) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := make(map[Member]bool, len(a))
+	for _, m := range a {
+		seen[Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Voter: m.Voter}] = true
+	}
+	for _, m := range b {
+		if !seen[Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Voter: m.Voter}] {
+			return false
+		}
+	}
+	return true
 }
 
 // TransferLeader hands leadership to member id, or to any up-to-date

@@ -7,12 +7,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/internal/raftlog"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/server"
 )
@@ -188,16 +193,30 @@ func TestRules_RaisedOnceEveryMemberImplementsThem(t *testing.T) {
 		}
 		return out
 	}
+	if leader == old {
+		// A capped leader never tries to raise: lead from a, which tries
+		// and must hold back for c.
+		if _, err := nodes[old].s.TransferLeader(context.Background(), "a"); err != nil {
+			t.Fatalf("transfer leadership off the capped node: %v", err)
+		}
+	}
 	// The leader asks every few seconds; a raise would show by then.
 	time.Sleep(2*time.Second + 3*time.Second)
+	if nodes[old].s.Ready() {
+		t.Fatal("the capped node leads: the test checks nothing")
+	}
 	for i, r := range rules() {
 		if r != fsm.RulesV1 {
 			t.Fatalf("node %d applies rules %d while node c implements only 1 (leader %d)", i, r, leader)
 		}
 	}
 
-	// c is upgraded: restarted without the cap, on its own data.
+	// c is upgraded: restarted without the cap, on its own data. Under
+	// rules 1 every entry is JSON, which releases before rules 2 read.
 	nodes[old].close()
+	if js, bin := logEncodings(t, nodes[old].cfg.DataDir); js == 0 || bin != 0 {
+		t.Fatalf("c's log under rules 1: %d JSON and %d binary commands; want only JSON", js, bin)
+	}
 	cfg := nodes[old].cfg
 	cfg.MaxRules = 0
 	cfg.Bootstrap = nil
@@ -244,12 +263,54 @@ func TestRules_RaisedOnceEveryMemberImplementsThem(t *testing.T) {
 		t.Fatalf("add a node that implements rules 2: %v", err)
 	}
 	for {
-		if st, _ := d.s.Status(); st.Rules == fsm.RulesV2 {
+		if st, _ := d.s.Status(); st.Rules == fsm.RulesV2 && slices.ContainsFunc(st.Members, func(m server.Member) bool {
+			return m.ID == "d" && m.APIAddr != ""
+		}) {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatal("the new member never applied the log up to the raise")
+			t.Fatal("the new member never applied the log up to the raise and its own API address")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// After the raise the leader writes binary entries (d's API address).
+	d.close()
+	if js, bin := logEncodings(t, dcfg.DataDir); bin == 0 {
+		t.Errorf("d's log after the raise: %d JSON and %d binary commands; want binary ones", js, bin)
+	}
+}
+
+// logEncodings counts the command entries in the Raft log of a closed
+// node's data dir by encoding, and fails the test if a JSON one follows a
+// binary one (the leader switches once, at the raise of the rules).
+func logEncodings(t *testing.T, dataDir string) (jsonCmds, binaryCmds int) {
+	t.Helper()
+	l, err := raftlog.Open(filepath.Join(dataDir, "raftlog"), raftlog.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	first, _ := l.FirstIndex()
+	last, _ := l.LastIndex()
+	for i := first; i <= last && first > 0; i++ {
+		var e raft.Log
+		if err := l.GetLog(i, &e); err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		if e.Type != raft.LogCommand || len(e.Data) == 0 {
+			continue
+		}
+		if _, err := fsm.DecodeCommand(e.Data); err != nil {
+			t.Fatalf("entry %d does not decode: %v", i, err)
+		}
+		if e.Data[0] == '{' {
+			if binaryCmds > 0 {
+				t.Fatalf("entry %d is JSON after %d binary ones", i, binaryCmds)
+			}
+			jsonCmds++
+		} else {
+			binaryCmds++
+		}
+	}
+	return jsonCmds, binaryCmds
 }
