@@ -20,7 +20,9 @@ const FenceColumn = "last_fence"
 //
 //	ALTER TABLE table ADD COLUMN IF NOT EXISTS last_fence BIGINT NOT NULL DEFAULT 0
 //
-// table may be qualified with a schema ("billing.orders").
+// table may be qualified with a schema ("billing.orders"). A last_fence
+// column that table already has must be BIGINT NOT NULL; otherwise the
+// error wraps fencelock.ErrInvalidArgument.
 func AddFenceColumn(ctx context.Context, db Querier, table string) error {
 	ident, err := identifier(table)
 	if err != nil {
@@ -29,6 +31,23 @@ func AddFenceColumn(ctx context.Context, db Querier, table string) error {
 	sql := "ALTER TABLE " + ident.Sanitize() + " ADD COLUMN IF NOT EXISTS " + FenceColumn + " BIGINT NOT NULL DEFAULT 0"
 	if _, err := db.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("add fence column to %s: %w", table, err)
+	}
+	// A column of that name that was there already must hold tokens as
+	// the fence compares them.
+	var typ string
+	var notNull bool
+	err = db.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod), attnotnull FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped`, ident.Sanitize(), FenceColumn).Scan(&typ, &notNull)
+	if err != nil {
+		return fmt.Errorf("add fence column to %s: read its type: %w", table, err)
+	}
+	if typ != "bigint" || !notNull {
+		null := ""
+		if !notNull {
+			null = " (nullable)"
+		}
+		return fmt.Errorf("add fence column to %s: it has a column %s of type %s%s, want BIGINT NOT NULL: %w",
+			table, FenceColumn, typ, null, fencelock.ErrInvalidArgument)
 	}
 	return nil
 }

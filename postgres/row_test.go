@@ -175,6 +175,17 @@ func TestAddFenceColumn(t *testing.T) {
 	if err := postgres.AddFenceColumn(t.Context(), pool, "missing_table"); err == nil {
 		t.Fatal("AddFenceColumn on a missing table returned nil, want an error")
 	}
+	if err := postgres.AddFenceColumn(t.Context(), pool, "orders"); err != nil {
+		t.Fatalf("AddFenceColumn again: %v", err)
+	}
+	for _, col := range []string{"INTEGER NOT NULL DEFAULT 0", "BIGINT"} {
+		if _, err := pool.Exec(t.Context(), `DROP TABLE IF EXISTS odd; CREATE TABLE odd (id INT, last_fence `+col+`)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := postgres.AddFenceColumn(t.Context(), pool, "odd"); !errors.Is(err, fencelock.ErrInvalidArgument) {
+			t.Errorf("AddFenceColumn on a table whose last_fence is %s: %v, want ErrInvalidArgument", col, err)
+		}
+	}
 }
 
 // TestUpdate_Exec_staleAtRepeatableRead: in a REPEATABLE READ transaction

@@ -47,7 +47,7 @@ func (s *Server) recordAPIAddr() {
 
 // registerLoop makes sure this node's API address is in the replicated
 // state: a follower asks the leader to record it (AddMember with its own
-// address, which changes no membership).
+// address, which changes no membership); a leader records its own.
 func (s *Server) registerLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(200 * time.Millisecond)
@@ -62,8 +62,14 @@ func (s *Server) registerLoop() {
 			continue
 		}
 		_, leaderID := s.raft.LeaderWithID()
+		if string(leaderID) == s.cfg.NodeID {
+			if s.Ready() {
+				s.recordAPIAddr() // its first try, on becoming ready, failed
+			}
+			continue
+		}
 		leaderAPI, _ := s.fsm.MemberAPI(string(leaderID))
-		if leaderID == "" || string(leaderID) == s.cfg.NodeID || leaderAPI == "" {
+		if leaderID == "" || leaderAPI == "" {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
