@@ -33,12 +33,25 @@ const DefaultDedupeWindow = 10 * time.Minute
 //     record, so that a late retry learns its grant has ended; the cancel
 //     of an unclaimed request takes it out of the queue only, never ending
 //     a grant; and entries may be written in the binary encoding.
+//   - RulesV3: a request that holds its lock or waits in its queue is found
+//     there, however long ago it came, and the dedupe window remembers only
+//     the requests whose grant has ended, for EndedWindow after the end
+//     (or the window, if shorter), no longer every request for the whole
+//     window: the window holds what a minute of grants leaves, not ten.
 const (
 	RulesV1 uint64 = 1
 	RulesV2 uint64 = 2
+	RulesV3 uint64 = 3
 	// MaxRules is the newest rules this build implements.
-	MaxRules = RulesV2
+	MaxRules = RulesV3
 )
+
+// EndedWindow is how long, under RulesV3, a request whose grant ended is
+// remembered, so that a late retry of it learns that its grant ended
+// instead of being granted anew for nobody. It is well above how long a
+// client retries a call (its RetryTimeout, 30 s, after the first failure)
+// plus how long a node lets a proposal wait (ApplyTimeout, 10 s).
+const EndedWindow = time.Minute
 
 // Holder is the current grant of a lock.
 type Holder struct {
@@ -268,7 +281,11 @@ func ridOf(key, name string) string {
 }
 
 func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
-	if _, tok, ok := f.findRequest(cmd.Name, cmd.RequestID); ok {
+	if f.rules.Load() >= RulesV3 {
+		if res, ok := f.seen(cmd); ok {
+			return res
+		}
+	} else if _, tok, ok := f.findRequest(cmd.Name, cmd.RequestID); ok {
 		l := f.locks[cmd.Name]
 		if tok != 0 {
 			// A retry of a granted request: the same grant, never a second one.
@@ -310,14 +327,40 @@ func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
 	return Result{Queued: true}
 }
 
+// seen answers, under RulesV3, an acquire whose request the lock table or
+// the dedupe window knows: the request's own grant, its place in the queue,
+// or that its grant ended.
+func (f *FSM) seen(cmd Command) (Result, bool) {
+	if cmd.RequestID == "" {
+		return Result{}, false
+	}
+	if l := f.locks[cmd.Name]; l != nil {
+		if l.Holder != nil && l.Holder.RequestID == cmd.RequestID {
+			// A retry of a granted request: the same grant, never a second one.
+			h := *l.Holder
+			return Result{Grant: &h}, true
+		}
+		for _, w := range l.Waiters {
+			if w.RequestID == cmd.RequestID {
+				return Result{Queued: true}, true
+			}
+		}
+	}
+	if _, tok, ok := f.findRequest(cmd.Name, cmd.RequestID); ok && tok != 0 {
+		return Result{Err: fmt.Errorf("acquire %q: request %s was granted token %d, which has ended: %w",
+			cmd.Name, cmd.RequestID, tok, fencelock.ErrNotHolder)}, true
+	}
+	return Result{}, false
+}
+
 func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 	l := f.locks[cmd.Name]
 	if l == nil || cmd.RequestID == "" {
 		return Result{Err: fmt.Errorf("cancel wait on %q: %w", cmd.Name, fencelock.ErrNotFound)}
 	}
-	key, _, remembered := f.findRequest(cmd.Name, cmd.RequestID)
 	forget := func() {
-		if remembered {
+		// Looked up now: under RulesV3 the end of a grant records it.
+		if key, _, ok := f.findRequest(cmd.Name, cmd.RequestID); ok {
 			f.requests.forget(key)
 		}
 	}
@@ -348,6 +391,10 @@ func (f *FSM) end(index uint64, now int64, l *Lock, expired bool, events *[]even
 	old := l.Holder
 	l.Holder = nil
 	*events = append(*events, event{name: l.Name, ended: old.Token})
+	if old.RequestID != "" && f.rules.Load() >= RulesV3 {
+		// Remembered from its end on (see EndedWindow).
+		f.requests.put(f.requestKey(l.Name, old.RequestID), string(l.Name), uint64(old.Token), now)
+	}
 	if expired {
 		f.expired.put(string(old.LeaseID), string(l.Name), uint64(old.Token), now)
 	}
@@ -372,8 +419,8 @@ func (f *FSM) dropIfIdle(l *Lock) {
 }
 
 func (f *FSM) remember(rid string, name fencelock.LockName, tok fencelock.Token, now int64) {
-	if rid == "" {
-		return
+	if rid == "" || f.rules.Load() >= RulesV3 {
+		return // under RulesV3 the lock table has it; end records it
 	}
 	key := f.requestKey(name, rid)
 	if key != rid {
@@ -388,6 +435,12 @@ func (f *FSM) remember(rid string, name fencelock.LockName, tok fencelock.Token,
 // prune forgets request ids and expired leases older than the window.
 func (f *FSM) prune(now int64) {
 	cut := now - f.window
+	if f.rules.Load() >= RulesV3 {
+		// Only ended grants; the lock table holds the rest.
+		f.requests.prune(now-min(f.window, int64(EndedWindow)), now, nil)
+		f.expired.prune(cut, now, nil)
+		return
+	}
 	f.requests.prune(cut, now, func(key, name string, token uint64) bool {
 		// Still waiting: its retries must keep finding it.
 		rid := key

@@ -3,9 +3,11 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock"
 )
@@ -219,5 +221,108 @@ func TestFSM_RestoreRefusesNewerRules(t *testing.T) {
 	}
 	if f.AppliedIndex() != 0 || f.Rules() != RulesV1 {
 		t.Errorf("a refused restore changed the state: applied %d, rules %d", f.AppliedIndex(), f.Rules())
+	}
+}
+
+// Under RulesV3 a grant is found through the lock table however long ago it
+// was made; under RulesV2 its record left the window after the window.
+func TestFSM_RulesV3FindsAGrantOlderThanTheWindow(t *testing.T) {
+	for _, v := range []uint64{RulesV2, RulesV3} {
+		h := newHarness(t) // a window of 1 minute
+		h.apply(setRules(v))
+		g := h.apply(acq("a", "r1", "L1", false)).Grant
+		h.now += int64(5 * time.Minute)
+		h.apply(acq("other", "x", "Lx", false)) // prunes
+		r := h.apply(acq("a", "r1", "L1", false))
+		switch v {
+		case RulesV2:
+			if !errors.Is(r.Err, fencelock.ErrLockHeld) {
+				t.Errorf("rules 2: retry of a grant older than the window: %+v, want LockHeld", r)
+			}
+		case RulesV3:
+			if r.Grant == nil || r.Grant.Token != g.Token {
+				t.Errorf("rules 3: retry of a grant older than the window: %+v, want its grant, token %d", r, g.Token)
+			}
+		}
+	}
+}
+
+// Under RulesV3 a request whose grant ended is remembered for EndedWindow
+// after the end, not for the window after the grant: a late retry within it
+// learns that its grant ended; one after it is a new request.
+func TestFSM_RulesV3RemembersEndedGrantsForEndedWindow(t *testing.T) {
+	for _, v := range []uint64{RulesV2, RulesV3} {
+		h := newHarness(t)
+		h.f = New(10*time.Minute, nil)
+		h.apply(setRules(v))
+		g := h.apply(acq("a", "r1", "L1", false)).Grant
+		h.now += int64(3 * time.Minute) // held for longer than EndedWindow
+		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token})
+		h.now += int64(EndedWindow / 2)
+		if r := h.apply(acq("a", "r1", "L1", false)); !errors.Is(r.Err, fencelock.ErrNotHolder) {
+			t.Fatalf("rules %d: retry %v after the end: %+v, want NotHolder (its grant ended)", v, EndedWindow/2, r)
+		}
+		h.now += int64(EndedWindow)
+		r := h.apply(acq("a", "r1", "L1b", false))
+		switch v {
+		case RulesV2: // 4.5 minutes after the grant: still in the window
+			if !errors.Is(r.Err, fencelock.ErrNotHolder) {
+				t.Errorf("rules 2: retry within the window: %+v, want NotHolder", r)
+			}
+		case RulesV3:
+			if r.Grant == nil || r.Grant.LeaseID != "L1b" {
+				t.Errorf("rules 3: retry %v after the end: %+v, want a new grant", EndedWindow*3/2, r)
+			}
+		}
+	}
+}
+
+// The point of RulesV3: at a steady rate of grants that end at once, the
+// window holds what EndedWindow of them leaves, not the whole window's.
+func TestFSM_RulesV3WindowHoldsOnlyRecentEnds(t *testing.T) {
+	const pairs, step = 3000, 100 * time.Millisecond // 5 minutes of grants
+	want := map[uint64]int{RulesV2: pairs, RulesV3: int(EndedWindow/step) + 1}
+	for _, v := range []uint64{RulesV2, RulesV3} {
+		h := newHarness(t)
+		h.f = New(10*time.Minute, nil)
+		h.apply(setRules(v))
+		for i := range pairs {
+			rid := fmt.Sprintf("r%d", i)
+			g := h.apply(acq("a", rid, "L"+rid, false)).Grant
+			h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token})
+			h.now += int64(step)
+		}
+		// (Each entry also moves command time on by a millisecond.)
+		if got := h.f.requests.len(); got > want[v] || got < want[v]*9/10 {
+			t.Errorf("rules %d: the window holds %d request ids after %d grants over %v, want about %d",
+				v, got, pairs, pairs*step, want[v])
+		}
+	}
+}
+
+// Across the switch to RulesV3: a request queued before it keeps its place
+// once its record has left the window, and one granted before it keeps its
+// grant; a request whose grant ended before it is still known.
+func TestFSM_RulesV3KeepsWhatCameBefore(t *testing.T) {
+	h := newHarness(t)
+	h.apply(setRules(RulesV2))
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	h.apply(acq("a", "w1", "Lw1", true))
+	e := h.apply(acq("b", "e1", "Le1", false)).Grant
+	h.apply(Command{Op: OpRelease, Name: "b", LeaseID: e.LeaseID, Token: e.Token})
+	h.apply(setRules(RulesV3))
+	if r := h.apply(acq("b", "e1", "Le1", false)); !errors.Is(r.Err, fencelock.ErrNotHolder) {
+		t.Errorf("retry of a grant that ended before the switch: %+v, want NotHolder", r)
+	}
+	h.now += int64(5 * time.Minute)
+	h.apply(acq("other", "x", "Lx", false)) // prunes every record from before
+	if r := h.apply(acq("a", "w1", "Lw1", true)); !r.Queued {
+		t.Errorf("retry of a request queued before the switch: %+v, want queued", r)
+	}
+	if l, _ := h.f.Get("a"); len(l.Waiters) != 1 {
+		t.Errorf("waiters: %+v, want w1 alone", l.Waiters)
+	}
+	if r := h.apply(acq("a", "r1", "L1", false)); r.Grant == nil || r.Grant.Token != g.Token {
+		t.Errorf("retry of a grant made before the switch: %+v, want token %d", r, g.Token)
 	}
 }

@@ -42,7 +42,9 @@ type Config struct {
 	MinTTL, MaxTTL time.Duration
 	// MaxWait bounds how long an Acquire may wait in a lock's queue.
 	MaxWait time.Duration
-	// DedupeWindow is how long request ids are remembered.
+	// DedupeWindow is how long request ids are remembered (under log rules
+	// 3, those of ended grants, for at most fsm.EndedWindow). Every node of
+	// a cluster must have the same.
 	DedupeWindow time.Duration
 
 	// HeartbeatTimeout and ElectionTimeout tune Raft (see raft.Config).

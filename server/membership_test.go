@@ -224,20 +224,20 @@ func TestRules_RaisedOnceEveryMemberImplementsThem(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		rs := rules()
-		if rs[0] == fsm.RulesV2 && rs[1] == fsm.RulesV2 && rs[2] == fsm.RulesV2 {
+		if rs[0] == fsm.MaxRules && rs[1] == fsm.MaxRules && rs[2] == fsm.MaxRules {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("rules on a, b, c: %v; want all %d once every member implements them", rs, fsm.RulesV2)
+			t.Fatalf("rules on a, b, c: %v; want all %d once every member implements them", rs, fsm.MaxRules)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// A node capped at RulesV1 answers, but may not join any more.
+	// A node behind the log's rules answers, but may not join any more.
 	dcfg := server.DefaultConfig()
 	dcfg.NodeID, dcfg.DataDir, dcfg.Join = "d", t.TempDir(), true
 	dcfg.RaftAddr, dcfg.APIAddr = testproc.FreeAddr(t), testproc.FreeAddr(t)
-	dcfg.MaxRules = fsm.RulesV1
+	dcfg.MaxRules = fsm.MaxRules - 1
 	dcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	d := openMemberNode(t, dcfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -253,17 +253,17 @@ func TestRules_RaisedOnceEveryMemberImplementsThem(t *testing.T) {
 	}
 	err := ld.AddMember(ctx, "d", dcfg.RaftAddr, dcfg.APIAddr)
 	if !errors.Is(err, fencelock.ErrPreconditionFailed) {
-		t.Fatalf("add a node that implements rules 1 to a cluster at rules 2: %v, want ErrPreconditionFailed", err)
+		t.Fatalf("add a node that implements rules up to %d to a cluster at rules %d: %v, want ErrPreconditionFailed", fsm.MaxRules-1, fsm.MaxRules, err)
 	}
 	// Uncapped, it joins.
 	d.close()
 	dcfg.MaxRules = 0
 	d = openMemberNode(t, dcfg)
 	if err := ld.AddMember(ctx, "d", dcfg.RaftAddr, dcfg.APIAddr); err != nil {
-		t.Fatalf("add a node that implements rules 2: %v", err)
+		t.Fatalf("add a node that implements rules %d: %v", fsm.MaxRules, err)
 	}
 	for {
-		if st, _ := d.s.Status(); st.Rules == fsm.RulesV2 && slices.ContainsFunc(st.Members, func(m server.Member) bool {
+		if st, _ := d.s.Status(); st.Rules == fsm.MaxRules && slices.ContainsFunc(st.Members, func(m server.Member) bool {
 			return m.ID == "d" && m.APIAddr != ""
 		}) {
 			break

@@ -80,7 +80,7 @@ func TestRun_HelpAndUsageErrors(t *testing.T) {
 		{[]string{"lock", "x", "--ttl", "-1s", "--", "true"}, 2, "--ttl -1s"},
 		{[]string{"lock", "x", "--kill-after", "-5s", "--", "true"}, 2, "--kill-after -5s"},
 		{[]string{"members", "list", "extra"}, 2, "takes no arguments"},
-		{[]string{"serve", "--max-rules", "3"}, 2, "--max-rules 3"},
+		{[]string{"serve", "--max-rules", "99"}, 2, "--max-rules 99"},
 		{[]string{"lock"}, 2, "missing lock NAME"},
 		{[]string{"lock", "x"}, 2, "no COMMAND"},
 		{[]string{"acquire", "x", "--ttl", "banana"}, 2, "invalid value"},

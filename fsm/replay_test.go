@@ -1,0 +1,113 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock"
+)
+
+// TestFSM_ReplicasAgree: random logs of acquires, releases, expiries,
+// cancels and raises of the log rules, with the window short enough that
+// applies prune. A replica restored from a snapshot taken at any entry (and
+// snapshotted and restored again) that applies the rest of the log, in the
+// binary encoding, answers every entry as the replica that applied the whole
+// log in JSON did, and ends in the same state, byte for byte.
+func TestFSM_ReplicasAgree(t *testing.T) {
+	seeds := int64(150)
+	if testing.Short() {
+		seeds = 30
+	}
+	for seed := range seeds {
+		rng := rand.New(rand.NewSource(seed))
+		names := []fencelock.LockName{"a", "b"}
+		rids := []string{"r1", "r2", "r3", "r4", "a\x00r1"} // the last reads as a rules 2 key of a
+		var log []Command
+		now := int64(time.Hour)
+		for i := range 300 {
+			now += int64(rng.Intn(20)) * int64(time.Second)
+			n := names[rng.Intn(len(names))]
+			rid := rids[rng.Intn(len(rids))]
+			var c Command
+			switch k := rng.Intn(10); {
+			case k < 4:
+				c = Command{Op: OpAcquire, Name: n, RequestID: rid, LeaseID: fencelock.LeaseID(fmt.Sprint("L", i)),
+					TTL: int64(time.Second), Wait: rng.Intn(2) == 0}
+			case k < 6:
+				c = Command{Op: OpRelease, Name: n, LeaseID: "?"} // the holder's, filled in below
+			case k < 7:
+				c = Command{Op: OpExpire, Name: n}
+			case k < 9:
+				c = Command{Op: OpCancelWait, Name: n, RequestID: rid, Wait: rng.Intn(2) == 0}
+			default:
+				c = Command{Op: OpSetRules, Token: fencelock.Token(1 + rng.Intn(int(MaxRules)))}
+			}
+			c.Now = now
+			log = append(log, c)
+		}
+		whole := New(time.Minute, nil)
+		var results []string
+		var snaps [][]byte
+		for i := range log {
+			c := &log[i]
+			if c.Op == OpRelease || c.Op == OpExpire {
+				if l, ok := whole.Get(c.Name); ok && l.Holder != nil && rng.Intn(4) != 0 {
+					c.LeaseID, c.Token = l.Holder.LeaseID, l.Holder.Token
+				}
+			}
+			snaps = append(snaps, snapshotBytes(t, whole))
+			results = append(results, resultString(whole.Apply(&raft.Log{Index: uint64(i + 1), Data: c.Encode()}).(Result)))
+		}
+		final := snapshotBytes(t, whole)
+		for range 5 {
+			at := rng.Intn(len(log))
+			once := New(time.Minute, nil)
+			if err := once.Restore(io.NopCloser(bytes.NewReader(snaps[at]))); err != nil {
+				t.Fatal(err)
+			}
+			f := New(time.Minute, nil)
+			if err := f.Restore(io.NopCloser(bytes.NewReader(snapshotBytes(t, once)))); err != nil {
+				t.Fatal(err)
+			}
+			for i := at; i < len(log); i++ {
+				if got := resultString(f.Apply(&raft.Log{Index: uint64(i + 1), Data: log[i].EncodeBinary()}).(Result)); got != results[i] {
+					t.Fatalf("seed %d, restored at entry %d: entry %d %+v answered %s, want %s", seed, at, i, log[i], got, results[i])
+				}
+			}
+			if got := snapshotBytes(t, f); !bytes.Equal(got, final) {
+				t.Fatalf("seed %d, restored at entry %d: final state\n%s\nwant\n%s", seed, at, got, final)
+			}
+		}
+	}
+}
+
+func snapshotBytes(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	s, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := s.Persist(&sink{Buffer: &b}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func resultString(r Result) string {
+	g := ""
+	if r.Grant != nil {
+		g = fmt.Sprintf("%+v", *r.Grant)
+	}
+	e := ""
+	if r.Err != nil {
+		e = r.Err.Error()
+	}
+	return fmt.Sprintf("%s|%v|%s", g, r.Queued, e)
+}
