@@ -119,7 +119,7 @@ type FSM struct {
 
 	mu       sync.RWMutex
 	locks    map[fencelock.LockName]*Lock
-	requests *window           // request id -> its lock and token (0 while it waits)
+	requests *window           // request id -> its lock and token (0 while it waits; under RulesV3 only ended grants)
 	expired  *window           // lease id of an expired grant -> its lock and token
 	members  map[string]string // node id -> API address
 	applied  uint64
@@ -221,6 +221,9 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 			if v >= RulesV2 && f.rules.Load() < RulesV2 {
 				f.forgetAmbiguous()
 			}
+			if v >= RulesV3 && f.rules.Load() < RulesV3 {
+				f.restartEnded(cmd.Now)
+			}
 			f.rules.Store(v) // never lowered
 		}
 		return Result{}
@@ -269,6 +272,31 @@ func (f *FSM) forgetAmbiguous() {
 	})
 	for _, k := range keys {
 		f.requests.forget(k)
+	}
+}
+
+// restartEnded records anew at now, as the log switches to RulesV3, the
+// requests whose grant has ended: their records carry the time of the
+// grant, and RulesV3's shorter cut would forget at once those granted more
+// than EndedWindow ago, however recently they ended.
+func (f *FSM) restartEnded(now int64) {
+	type rec struct {
+		key, name string
+		token     uint64
+	}
+	var ended []rec
+	f.requests.view().each(func(key, name []byte, token uint64, _ int64) bool {
+		if token == 0 {
+			return true
+		}
+		if l := f.locks[fencelock.LockName(name)]; l != nil && l.Holder != nil && uint64(l.Holder.Token) == token {
+			return true // still held: the lock table has it
+		}
+		ended = append(ended, rec{string(key), string(name), token})
+		return true
+	})
+	for _, r := range ended {
+		f.requests.put(r.key, r.name, r.token, now)
 	}
 }
 
@@ -393,7 +421,7 @@ func (f *FSM) end(index uint64, now int64, l *Lock, expired bool, events *[]even
 	*events = append(*events, event{name: l.Name, ended: old.Token})
 	if old.RequestID != "" && f.rules.Load() >= RulesV3 {
 		// Remembered from its end on (see EndedWindow).
-		f.requests.put(f.requestKey(l.Name, old.RequestID), string(l.Name), uint64(old.Token), now)
+		f.putRequest(old.RequestID, l.Name, old.Token, now)
 	}
 	if expired {
 		f.expired.put(string(old.LeaseID), string(l.Name), uint64(old.Token), now)
@@ -422,6 +450,11 @@ func (f *FSM) remember(rid string, name fencelock.LockName, tok fencelock.Token,
 	if rid == "" || f.rules.Load() >= RulesV3 {
 		return // under RulesV3 the lock table has it; end records it
 	}
+	f.putRequest(rid, name, tok, now)
+}
+
+// putRequest records request rid on lock name under the rules in force.
+func (f *FSM) putRequest(rid string, name fencelock.LockName, tok fencelock.Token, now int64) {
 	key := f.requestKey(name, rid)
 	if key != rid {
 		// A record of this request from before RulesV2 gives way.

@@ -326,3 +326,40 @@ func TestFSM_RulesV3KeepsWhatCameBefore(t *testing.T) {
 		t.Errorf("retry of a grant made before the switch: %+v, want token %d", r, g.Token)
 	}
 }
+
+// Under RulesV3 a take-back (a cancel that ends the request's grant)
+// forgets the record that the end wrote: the caller may ask again with the
+// same id and gets a new grant, as under the earlier rules.
+func TestFSM_RulesV3TakeBackForgetsTheEnd(t *testing.T) {
+	for _, from := range []uint64{RulesV1, RulesV2, RulesV3} {
+		h := newHarness(t)
+		h.apply(setRules(from))
+		h.apply(acq("a", "r1", "L1", false))
+		h.apply(setRules(RulesV3))
+		if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "r1"}); r.Err != nil {
+			t.Fatalf("from rules %d: take-back of a grant: %v", from, r.Err)
+		}
+		if r := h.apply(acq("a", "r1", "L1b", false)); r.Grant == nil || r.Grant.LeaseID != "L1b" {
+			t.Errorf("from rules %d: asking again after the take-back: %+v, want a new grant", from, r)
+		}
+	}
+}
+
+// The switch to RulesV3 keeps a grant that ended shortly before it, however
+// long ago it was made: the end counts, not the grant.
+func TestFSM_RulesV3SwitchKeepsRecentEnds(t *testing.T) {
+	h := newHarness(t)
+	h.f = New(10*time.Minute, nil)
+	h.apply(setRules(RulesV2))
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	h.now += int64(3 * time.Minute)
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token})
+	h.apply(setRules(RulesV3))
+	if r := h.apply(acq("a", "r1", "L1", false)); !errors.Is(r.Err, fencelock.ErrNotHolder) {
+		t.Errorf("retry right after the switch of a grant that ended just before it: %+v, want NotHolder", r)
+	}
+	h.now += int64(2 * EndedWindow)
+	if r := h.apply(acq("a", "r1", "L1b", false)); r.Grant == nil {
+		t.Errorf("retry %v after the switch: %+v, want a new grant", 2*EndedWindow, r)
+	}
+}

@@ -31,8 +31,8 @@ type snapshot struct {
 
 // Snapshot captures the whole state. Raft calls it on the goroutine that
 // applies entries, which waits meanwhile, so it copies only the lock table
-// and the members, under the lock. The dedupe window (every request id of
-// the last 10 minutes: millions on a busy node, whose copy stalled every
+// and the members, under the lock. The dedupe window (the request ids of
+// the last minutes: millions on a busy node, whose copy stalled every
 // grant for hundreds of milliseconds) is captured as it stands, in
 // constant time, and read by Persist, which encodes everything on another
 // goroutine while later entries apply.

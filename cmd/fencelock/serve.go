@@ -35,7 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot; a follower further behind gets the snapshot")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "Raft heartbeat timeout")
 	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "Raft election timeout")
-	fs.Uint64Var(&cfg.MaxRules, "max-rules", 0, fmt.Sprintf("newest log rules this node reports it implements, 1 to %d (0: all it does). The leader raises the cluster's rules only to what every member reports, and a raise cannot be undone: set 1 on upgraded nodes while a rolling upgrade may have to be rolled back", fsm.MaxRules))
+	fs.Uint64Var(&cfg.MaxRules, "max-rules", 0, fmt.Sprintf("newest log rules this node reports it implements, 1 to %d (0: all it does). The leader raises the cluster's rules only to what every member reports, and a raise cannot be undone: while a rolling upgrade may have to be rolled back, set it on upgraded nodes to the rules of the release you would go back to (1 for one from before log rules)", fsm.MaxRules))
 	advertise := fs.String("advertise", "", "API address other nodes and clients use for this node (default: --listen)")
 	bootstrap := fs.String("bootstrap", "", "voters of a NEW cluster, id=raft-addr,... including this node (default: this node alone)")
 	join := fs.String("join", "", "join an existing cluster through any member's API address(es), comma-separated")
