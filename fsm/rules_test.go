@@ -148,11 +148,7 @@ func TestFSM_RulesInSnapshotsAndNeverLowered(t *testing.T) {
 	if r := h.apply(setRules(MaxRules + 1)); r.Err == nil || h.f.Rules() != RulesV1 {
 		t.Fatalf("rules newer than the build: %+v, rules %d; want an error and rules 1", r, h.f.Rules())
 	}
-	var v1 bytes.Buffer
-	snap, _ := h.f.Snapshot()
-	if err := snap.Persist(&sink{Buffer: &v1}); err != nil {
-		t.Fatal(err)
-	}
+	v1 := bytes.NewBuffer(snapshotBytes(t, h.f))
 	if strings.Contains(v1.String(), `"rules"`) {
 		t.Errorf("a rules 1 snapshot names its rules (earlier releases write none): %s", v1.String())
 	}
@@ -161,11 +157,7 @@ func TestFSM_RulesInSnapshotsAndNeverLowered(t *testing.T) {
 	if got := h.f.Rules(); got != RulesV2 {
 		t.Fatalf("rules after setting 2 then 1: %d, want 2", got)
 	}
-	var v2 bytes.Buffer
-	snap, _ = h.f.Snapshot()
-	if err := snap.Persist(&sink{Buffer: &v2}); err != nil {
-		t.Fatal(err)
-	}
+	v2 := bytes.NewBuffer(snapshotBytes(t, h.f))
 	for _, c := range []struct {
 		snap string
 		want uint64

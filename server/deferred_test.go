@@ -18,12 +18,19 @@ import (
 
 // openInProcess starts a one-node server in this process and waits until
 // it leads.
-func openInProcess(t *testing.T) *Server {
+func openInProcess(t *testing.T) *Server { return openInProcessWith(t, nil) }
+
+// openInProcessWith is openInProcess with tweak (if set) adjusting the
+// config.
+func openInProcessWith(t *testing.T, tweak func(*Config)) *Server {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.RaftAddr = testproc.FreeAddr(t)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	s, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -234,21 +241,10 @@ func TestMetrics_LogAppendsCountEveryEntry(t *testing.T) {
 // A leader whose API address is missing from the replicated state (its
 // record on becoming ready failed) records it again.
 func TestServer_LeaderRecordsItsAPIAddressAgain(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.RaftAddr = testproc.FreeAddr(t)
-	cfg.APIAddr = "127.0.0.1:1"
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	const api = "127.0.0.1:1"
+	s := openInProcessWith(t, func(cfg *Config) { cfg.APIAddr = api })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	eventually(t, "the leader's API address recorded", func() bool { _, ok := s.fsm.MemberAPI("n1"); return ok })
 	if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpDropMember, Name: "n1"}); err != nil {
 		t.Fatal(err)
@@ -256,5 +252,5 @@ func TestServer_LeaderRecordsItsAPIAddressAgain(t *testing.T) {
 	if _, ok := s.fsm.MemberAPI("n1"); ok {
 		t.Fatal("the drop did not forget the address: the test checks nothing")
 	}
-	eventually(t, "the leader's API address recorded again", func() bool { a, _ := s.fsm.MemberAPI("n1"); return a == cfg.APIAddr })
+	eventually(t, "the leader's API address recorded again", func() bool { a, _ := s.fsm.MemberAPI("n1"); return a == api })
 }
