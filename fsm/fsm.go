@@ -610,6 +610,14 @@ func (f *FSM) MemberAPIs() map[string]string {
 // Rules returns the rules in force (RulesV1...).
 func (f *FSM) Rules() uint64 { return f.rules.Load() }
 
+// LastNow returns the command time (Command.Now, in Unix nanoseconds) of
+// the last entry applied: command time never goes back.
+func (f *FSM) LastNow() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.lastNow
+}
+
 // AppliedIndex returns the index of the last applied entry.
 func (f *FSM) AppliedIndex() uint64 {
 	f.mu.RLock()

@@ -34,6 +34,8 @@ type Server struct {
 	deferrals *deferrals
 	// leaderCheck shares VerifyLeader rounds among concurrent renewals.
 	leaderCheck *leaderCheck
+	// clock stamps Command.Now.
+	clock *cmdClock
 	// membership serialises membership changes: each checks the quorum the
 	// change leaves against the configuration as it is, which another
 	// change under way would make stale.
@@ -60,7 +62,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err := createDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, waiters: newWaiters(), metrics: newMetrics()}
+	s := &Server{cfg: cfg, log: cfg.Logger, waiters: newWaiters(), metrics: newMetrics(), clock: newCmdClock()}
 	s.deferrals = newDeferrals(s)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.leases = newLeaseTable(s.proposeExpire)
@@ -247,7 +249,7 @@ func (s *Server) becomeReady(epoch uint64) {
 }
 
 // Apply proposes cmd through Raft and waits until it is applied or ctx ends.
-// It stamps cmd.Now with this node's clock. Errors: ErrNotLeader when this
+// It stamps cmd.Now with the command clock (cmdClock). Errors: ErrNotLeader when this
 // node is not the leader; ErrUnavailable when the outcome is unknown
 // (leadership lost, timeout, shutdown, ctx ended after the proposal).
 func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
@@ -323,12 +325,12 @@ func (s *Server) proposeWithin(cmd fsm.Command, enqueue time.Duration) proposal 
 	return proposal{op: cmd.Op, f: s.proposeBy(cmd, enqueue), start: start}
 }
 
-// proposeBy stamps cmd.Now and hands cmd to Raft, waiting at most enqueue
+// proposeBy stamps cmd.Now (cmdClock) and hands cmd to Raft, waiting at most enqueue
 // for room in Raft's queue. The bound matters when the leader loop is
 // stuck (a disk that stalls in fsync): proposals then fail instead of
 // piling up.
 func (s *Server) proposeBy(cmd fsm.Command, enqueue time.Duration) raft.ApplyFuture {
-	cmd.Now = time.Now().UnixNano()
+	cmd.Now = s.clock.now(s.leases.currentEpoch(), s.fsm.LastNow)
 	if s.fsm.Rules() >= fsm.RulesV2 {
 		// Every member reads it (they all implement RulesV2).
 		return s.raft.Apply(cmd.EncodeBinary(), enqueue)

@@ -1,0 +1,46 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// cmdClock stamps Command.Now, the command time by which every replica
+// measures the dedupe window. A leader reads its wall clock once, when it
+// first stamps a command in its leadership, never earlier than the command
+// time already applied, and from then on moves on by the monotonic clock.
+// A step of the wall clock during the leadership thus changes nothing:
+// read afresh for every command, a step forward of more than the window
+// would forget at once the requests whose grant ended (a late retry would
+// then be granted anew, for nobody), and a step back, or the correction
+// of a step forward, would hold command time still (the FSM never lets it
+// go back) and with it the pruning of the window.
+type cmdClock struct {
+	wall atomic.Pointer[func() time.Time] // the wall clock; tests replace it
+
+	mu    sync.Mutex
+	epoch uint64    // the leadership the clock was started for
+	base  int64     // command time at start, Unix nanoseconds
+	start time.Time // when it started, on the monotonic clock
+}
+
+func newCmdClock() *cmdClock {
+	c := &cmdClock{}
+	now := time.Now
+	c.wall.Store(&now)
+	return c
+}
+
+// now returns the command time for a command proposed in leadership epoch;
+// applied is the command time already applied (FSM.LastNow).
+func (c *cmdClock) now(epoch uint64, applied func() int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.start.IsZero() || c.epoch != epoch {
+		c.epoch = epoch
+		c.start = time.Now()
+		c.base = max((*c.wall.Load())().UnixNano(), applied())
+	}
+	return c.base + int64(time.Since(c.start))
+}
