@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -106,14 +107,16 @@ func (u *Update) Set(column string, value any) *Update {
 // Key identifies the row: column = value. The keys together must name at
 // most one row (a primary or unique key); at least one is required. Exec
 // does not check this: keys that match several rows update those whose
-// fence allows it and report applied.
+// fence allows it and report applied. A nil value (or nil pointer) is
+// refused: no row has a NULL key.
 func (u *Update) Key(column string, value any) *Update {
 	u.keys = append(u.keys, assignment{column, value})
 	return u
 }
 
 // Where adds a business condition, column = value (the seeds' status =
-// 'pending'). When it does not hold, Exec updates nothing and reports
+// 'pending'); a nil value (or nil pointer) tests column IS NULL (the seeds'
+// paid_at IS NULL), since = NULL holds for no row. When it does not hold, Exec updates nothing and reports
 // applied == false without an error; the row's fence is not raised then,
 // so an older holder's later write to the row is still judged against the
 // last token that wrote it (use a domain fence, Check, to raise a bar
@@ -167,7 +170,17 @@ func (u *Update) SQL() (string, []any, error) {
 	}
 	tokParam := param(tok)
 	b.WriteString(FenceColumn + " = " + tokParam + " WHERE ")
-	for _, c := range append(append([]assignment{}, u.keys...), u.conds...) {
+	for _, k := range u.keys {
+		if isNull(k.value) {
+			return "", nil, fmt.Errorf("build fenced update of %s: Key(%q) is NULL, which names no row: %w", u.table, k.column, fencelock.ErrInvalidArgument)
+		}
+		b.WriteString(pgx.Identifier{k.column}.Sanitize() + " = " + param(k.value) + " AND ")
+	}
+	for _, c := range u.conds {
+		if isNull(c.value) {
+			b.WriteString(pgx.Identifier{c.column}.Sanitize() + " IS NULL AND ")
+			continue
+		}
 		b.WriteString(pgx.Identifier{c.column}.Sanitize() + " = " + param(c.value) + " AND ")
 	}
 	b.WriteString(FenceColumn + " <= " + tokParam)
@@ -177,6 +190,15 @@ func (u *Update) SQL() (string, []any, error) {
 		}
 	}
 	return b.String(), args, nil
+}
+
+// isNull reports whether v is sent as SQL NULL: nil, or a nil pointer.
+func isNull(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // Exec runs the update on db (a transaction, connection or pool). It returns

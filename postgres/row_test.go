@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -79,6 +80,32 @@ func TestUpdate_Exec(t *testing.T) {
 	}
 }
 
+// A nil Where value is the seeds' "paid_at IS NULL": the update applies
+// once, and a second one finds the condition gone (not an error).
+func TestUpdate_Exec_NullCondition(t *testing.T) {
+	pool := ordersDB(t)
+	ctx := t.Context()
+	if _, err := pool.Exec(ctx, `ALTER TABLE orders ADD COLUMN paid_at TIMESTAMPTZ`); err != nil {
+		t.Fatal(err)
+	}
+	payOnce := func(token fencelock.Token) (bool, error) {
+		return postgres.NewUpdate("orders", token).
+			Set("paid_at", time.Now()).
+			Key("id", 42).
+			Where("paid_at", nil).
+			Exec(ctx, pool)
+	}
+	if applied, err := payOnce(34); !applied || err != nil {
+		t.Fatalf("first update where paid_at IS NULL = %v, %v; want applied", applied, err)
+	}
+	if applied, err := payOnce(35); applied || err != nil {
+		t.Fatalf("second update = %v, %v; want not applied and no error (already done)", applied, err)
+	}
+	if _, err := payOnce(33); !errors.Is(err, fencelock.ErrStaleToken) {
+		t.Fatalf("an older token's update = %v; want ErrStaleToken", err)
+	}
+}
+
 func TestUpdate_SQL(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -99,7 +126,14 @@ func TestUpdate_SQL(t *testing.T) {
 			wantSQL:  `UPDATE "billing"."Orders" SET "a""b" = $1, last_fence = $2 WHERE "id" = $3 AND last_fence <= $2`,
 			wantArgs: 3,
 		},
+		{
+			name:     "a nil condition tests IS NULL",
+			update:   postgres.NewUpdate("orders", 34).Set("status", "paid").Key("id", 42).Where("paid_at", nil).Where("note", (*string)(nil)),
+			wantSQL:  `UPDATE "orders" SET "status" = $1, last_fence = $2 WHERE "id" = $3 AND "paid_at" IS NULL AND "note" IS NULL AND last_fence <= $2`,
+			wantArgs: 3,
+		},
 		{name: "no key", update: postgres.NewUpdate("orders", 34).Set("status", "paid"), wantErr: fencelock.ErrInvalidArgument},
+		{name: "a NULL key", update: postgres.NewUpdate("orders", 34).Set("status", "paid").Key("id", nil), wantErr: fencelock.ErrInvalidArgument},
 		{name: "setting the fence column", update: postgres.NewUpdate("orders", 34).Set("last_fence", 0).Key("id", 1), wantErr: fencelock.ErrInvalidArgument},
 		{name: "token 0", update: postgres.NewUpdate("orders", 0).Key("id", 1), wantErr: fencelock.ErrMissingToken},
 		{name: "empty table name", update: postgres.NewUpdate("", 1).Key("id", 1), wantErr: fencelock.ErrInvalidName},
