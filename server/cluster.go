@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -159,8 +160,9 @@ func (s *Server) requireLeader() error {
 
 // AddMember adds a voter, or updates its API address if it is already one.
 // A new voter is refused with ErrPreconditionFailed when the voters that
-// answer a status probe (the new one included, at apiAddr) would not be a
-// majority of the new configuration: the new voter counts toward quorum at
+// answer a status probe and follow this leader (see follows; the new one,
+// at apiAddr, need only answer) would not be a majority of the new
+// configuration: the new voter counts toward quorum at
 // once, and a node that cannot be reached (a mistyped address) would leave
 // the cluster unable to elect a leader, with no leader to undo it.
 // Errors: ErrNotLeader, ErrInvalidArgument, ErrUnavailable,
@@ -207,7 +209,7 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 				continue
 			}
 			voters++
-			if m.ID == s.cfg.NodeID || s.probe(ctx, m.APIAddr) {
+			if s.follows(ctx, m) {
 				healthy++
 			}
 		}
@@ -232,8 +234,9 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 }
 
 // RemoveMember removes a member. It is refused with ErrPreconditionFailed
-// when the voters left, counting only those that answer a status probe,
-// would not be a majority of the new configuration. The leader may remove
+// when the voters left, counting only those that answer a status probe and
+// follow this leader over Raft (see follows), would not be a majority of
+// the new configuration. The leader may remove
 // itself; it steps down once the change commits.
 func (s *Server) RemoveMember(ctx context.Context, id string) error {
 	if id == "" {
@@ -258,7 +261,7 @@ func (s *Server) RemoveMember(ctx context.Context, id string) error {
 			continue
 		}
 		voters++
-		if m.ID == s.cfg.NodeID || s.probe(ctx, m.APIAddr) {
+		if s.follows(ctx, m) {
 			healthy++
 		}
 	}
@@ -281,11 +284,18 @@ func (s *Server) RemoveMember(ctx context.Context, id string) error {
 	return nil
 }
 
-// probe reports whether the node at api answers a status request within a
-// second.
-func (s *Server) probe(ctx context.Context, api string) bool {
-	_, err := s.statusOf(ctx, api)
-	return err == nil
+// follows reports whether voter m counts toward a quorum: this node, or a
+// node that answers a status request within a second, as m, and follows
+// this node over Raft (a follower that names it as leader and heard from it
+// within the heartbeat timeout). A node whose API answers while its Raft
+// link is cut does not count: it campaigns, or its last contact grows.
+func (s *Server) follows(ctx context.Context, m Member) bool {
+	if m.ID == s.cfg.NodeID {
+		return true
+	}
+	st, err := s.statusOf(ctx, m.APIAddr)
+	return err == nil && st.Id == m.ID && st.LeaderId == s.cfg.NodeID &&
+		strings.EqualFold(st.State, raft.Follower.String()) && st.LastContact.AsDuration() <= s.cfg.HeartbeatTimeout
 }
 
 // statusOf asks the node at api for its status, waiting at most a second.

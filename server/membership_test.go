@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/internal/netproxy"
 	"github.com/fencelock/fencelock/internal/raftlog"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/server"
@@ -143,6 +144,62 @@ func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
 		if err != nil && !errors.Is(err, fencelock.ErrPreconditionFailed) {
 			t.Errorf("a refused removal: %v, want an error wrapping ErrPreconditionFailed", err)
 		}
+	}
+}
+
+// TestRemoveMember_VoterCutOffFromRaftDoesNotCount: a voter whose API
+// answers while its Raft link is cut does not count toward the quorum a
+// removal leaves. Removing the other follower would leave the leader and a
+// node it cannot reach: no entry could commit, and no leader be elected.
+func TestRemoveMember_VoterCutOffFromRaftDoesNotCount(t *testing.T) {
+	proxies := map[string]*netproxy.Proxy{} // in front of each node's Raft address
+	nodes, peers, leader := startMemberNodes(t, 3, func(i int, cfg *server.Config) {
+		if len(proxies) == 0 {
+			for _, p := range cfg.Bootstrap {
+				px, err := netproxy.Listen(p.RaftAddr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(px.Close)
+				proxies[p.ID] = px
+			}
+		}
+		cfg.PeerAddrs = map[string]string{}
+		for id, px := range proxies {
+			if id != cfg.NodeID {
+				cfg.PeerAddrs[id] = px.Addr
+			}
+		}
+	})
+	var followers []int
+	for i := range nodes {
+		if i != leader {
+			followers = append(followers, i)
+		}
+	}
+	cut, other := followers[0], followers[1]
+	proxies[peers[cut].ID].Block()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, _ := nodes[cut].s.Status()
+		if st.State != raft.Follower.String() || st.LastContact > nodes[cut].cfg.HeartbeatTimeout {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still follows with its Raft link cut: %+v", peers[cut].ID, st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := nodes[cut].s.Status(); err != nil {
+		t.Fatalf("the cut node's status: %v", err)
+	}
+
+	err := nodes[leader].s.RemoveMember(context.Background(), peers[other].ID)
+	if !errors.Is(err, fencelock.ErrPreconditionFailed) {
+		t.Fatalf("remove %s while %s is cut off from Raft (its API up) = %v; want ErrPreconditionFailed", peers[other].ID, peers[cut].ID, err)
+	}
+	if st, _ := nodes[leader].s.Status(); len(st.Members) != 3 {
+		t.Fatalf("members after the refused removal: %+v", st.Members)
 	}
 }
 
