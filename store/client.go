@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/fence"
 )
 
 var _ fencelock.Fence = (*Client)(nil)
@@ -129,7 +128,7 @@ func (c *Client) newWrite(ctx context.Context, method, url string, token fencelo
 		opt(&o)
 	}
 	if o.domain != "" {
-		if err := fence.ValidateDomain(o.domain); err != nil {
+		if err := ValidateDomain(o.domain); err != nil {
 			return nil, err
 		}
 	}
@@ -236,7 +235,7 @@ func (c *Client) Delete(ctx context.Context, key string, token fencelock.Token, 
 // (see fencelock.Fence): a new holder can call it right after acquiring the
 // lock, so that the old holder is refused even before the new one writes.
 func (c *Client) Check(ctx context.Context, domain string, token fencelock.Token) error {
-	if err := fence.ValidateDomain(domain); err != nil {
+	if err := ValidateDomain(domain); err != nil {
 		return fmt.Errorf("check fence: %w", err)
 	}
 	req, err := c.newWrite(ctx, http.MethodPost, c.fenceURL(domain), token, nil, nil)
@@ -254,7 +253,7 @@ func (c *Client) Check(ctx context.Context, domain string, token fencelock.Token
 // Highest returns the highest token domain has accepted, or 0 if it has
 // accepted none.
 func (c *Client) Highest(ctx context.Context, domain string) (fencelock.Token, error) {
-	if err := fence.ValidateDomain(domain); err != nil {
+	if err := ValidateDomain(domain); err != nil {
 		return 0, fmt.Errorf("read highest token: %w", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.fenceURL(domain), nil)

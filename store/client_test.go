@@ -31,6 +31,7 @@ func TestClient_Put(t *testing.T) {
 		{name: "no token", key: "r", token: 0, wantErr: fencelock.ErrMissingToken},
 		{name: "invalid key", key: "a/../r", token: 35, wantErr: fencelock.ErrInvalidName},
 		{name: "invalid domain", key: "r", token: 35, opts: []store.WriteOption{store.WithDomain("a\x00b")}, wantErr: fencelock.ErrInvalidName},
+		{name: "domain with a .. segment", key: "r", token: 35, opts: []store.WriteOption{store.WithDomain("x/../r")}, wantErr: fencelock.ErrInvalidName},
 		{name: "domain with a trailing space", key: "r", token: 35, opts: []store.WriteOption{store.WithDomain("r ")}, wantErr: fencelock.ErrInvalidName},
 		{name: "another domain than the object's", key: "r", token: 35, opts: []store.WriteOption{store.WithDomain("lock")}, wantErr: fencelock.ErrInvalidArgument},
 		{name: "too large", key: "r", token: 35, body: strings.Repeat("x", 65), wantErr: fencelock.ErrTooLarge},

@@ -38,7 +38,7 @@ func (s *Server) parseWrite(r *http.Request, op opKind, key, domain string) (wri
 			wr.domain = key
 		}
 	}
-	if err := fence.ValidateDomain(wr.domain); err != nil {
+	if err := ValidateDomain(wr.domain); err != nil {
 		return wr, err
 	}
 	tok, err := parseToken(r.Header)
@@ -222,7 +222,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, key string) {
 }
 
 func (s *Server) handleGetFence(w http.ResponseWriter, r *http.Request, domain string) {
-	if err := fence.ValidateDomain(domain); err != nil {
+	if err := ValidateDomain(domain); err != nil {
 		s.fail(w, r, err)
 		return
 	}

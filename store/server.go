@@ -15,7 +15,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/fence"
 )
 
 var _ fencelock.Fence = (*Server)(nil)
@@ -183,7 +182,7 @@ func methodNotAllowed(w http.ResponseWriter, allow string) {
 // fencelock.ErrInvalidName for a malformed domain. With DisableFencing it
 // accepts every token.
 func (s *Server) Check(ctx context.Context, domain string, token fencelock.Token) error {
-	if err := fence.ValidateDomain(domain); err != nil {
+	if err := ValidateDomain(domain); err != nil {
 		return fmt.Errorf("check fence: %w", err)
 	}
 	ans, _, err := s.apply(ctx, write{op: opCheck, domain: domain, token: token})
@@ -198,7 +197,7 @@ func (s *Server) Check(ctx context.Context, domain string, token fencelock.Token
 
 // Highest returns the highest token domain has accepted, or 0.
 func (s *Server) Highest(ctx context.Context, domain string) (fencelock.Token, error) {
-	if err := fence.ValidateDomain(domain); err != nil {
+	if err := ValidateDomain(domain); err != nil {
 		return 0, fmt.Errorf("read highest token: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
