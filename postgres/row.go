@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"reflect"
@@ -107,7 +108,7 @@ func (u *Update) Set(column string, value any) *Update {
 // Key identifies the row: column = value. The keys together must name at
 // most one row (a primary or unique key); at least one is required. Exec
 // does not check this: keys that match several rows update those whose
-// fence allows it and report applied. A nil value (or nil pointer) is
+// fence allows it and report applied. A value sent as NULL (see Where) is
 // refused: no row has a NULL key.
 func (u *Update) Key(column string, value any) *Update {
 	u.keys = append(u.keys, assignment{column, value})
@@ -115,8 +116,9 @@ func (u *Update) Key(column string, value any) *Update {
 }
 
 // Where adds a business condition, column = value (the seeds' status =
-// 'pending'); a nil value (or nil pointer) tests column IS NULL (the seeds'
-// paid_at IS NULL), since = NULL holds for no row. When it does not hold, Exec updates nothing and reports
+// 'pending'); a value sent as NULL (nil, a nil pointer, slice or map, or a
+// driver.Valuer such as sql.NullTime{} whose value is nil) tests column IS
+// NULL (paid_at IS NULL), since = NULL holds for no row. When it does not hold, Exec updates nothing and reports
 // applied == false without an error; the row's fence is not raised then,
 // so an older holder's later write to the row is still judged against the
 // last token that wrote it (use a domain fence, Check, to raise a bar
@@ -192,13 +194,24 @@ func (u *Update) SQL() (string, []any, error) {
 	return b.String(), args, nil
 }
 
-// isNull reports whether v is sent as SQL NULL: nil, or a nil pointer.
+// isNull reports whether pgx sends v as SQL NULL: nil; a nil pointer,
+// slice or map; or a driver.Valuer whose value is nil (sql.NullTime{},
+// pgtype.Timestamptz{}, and the like).
 func isNull(v any) bool {
 	if v == nil {
 		return true
 	}
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+		if rv.IsNil() {
+			return true
+		}
+	}
+	if vr, ok := v.(driver.Valuer); ok {
+		dv, err := vr.Value()
+		return err == nil && dv == nil
+	}
+	return false
 }
 
 // Exec runs the update on db (a transaction, connection or pool). It returns

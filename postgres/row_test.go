@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"math"
 	"strings"
@@ -80,29 +81,36 @@ func TestUpdate_Exec(t *testing.T) {
 	}
 }
 
-// A nil Where value is the seeds' "paid_at IS NULL": the update applies
-// once, and a second one finds the condition gone (not an error).
+// A Where value sent as NULL is "paid_at IS NULL": the update applies once,
+// and a second one finds the condition gone (not an error).
 func TestUpdate_Exec_NullCondition(t *testing.T) {
 	pool := ordersDB(t)
 	ctx := t.Context()
 	if _, err := pool.Exec(ctx, `ALTER TABLE orders ADD COLUMN paid_at TIMESTAMPTZ`); err != nil {
 		t.Fatal(err)
 	}
-	payOnce := func(token fencelock.Token) (bool, error) {
-		return postgres.NewUpdate("orders", token).
-			Set("paid_at", time.Now()).
-			Key("id", 42).
-			Where("paid_at", nil).
-			Exec(ctx, pool)
-	}
-	if applied, err := payOnce(34); !applied || err != nil {
-		t.Fatalf("first update where paid_at IS NULL = %v, %v; want applied", applied, err)
-	}
-	if applied, err := payOnce(35); applied || err != nil {
-		t.Fatalf("second update = %v, %v; want not applied and no error (already done)", applied, err)
-	}
-	if _, err := payOnce(33); !errors.Is(err, fencelock.ErrStaleToken) {
-		t.Fatalf("an older token's update = %v; want ErrStaleToken", err)
+	token := fencelock.Token(33)
+	for _, null := range []any{nil, (*time.Time)(nil), sql.NullTime{}} {
+		if _, err := pool.Exec(ctx, `UPDATE orders SET paid_at = NULL`); err != nil {
+			t.Fatal(err)
+		}
+		payOnce := func(token fencelock.Token) (bool, error) {
+			return postgres.NewUpdate("orders", token).
+				Set("paid_at", time.Now()).
+				Key("id", 42).
+				Where("paid_at", null).
+				Exec(ctx, pool)
+		}
+		token += 2
+		if applied, err := payOnce(token); !applied || err != nil {
+			t.Fatalf("Where(paid_at, %#v): first update = %v, %v; want applied", null, applied, err)
+		}
+		if applied, err := payOnce(token + 1); applied || err != nil {
+			t.Fatalf("Where(paid_at, %#v): second update = %v, %v; want not applied and no error (already done)", null, applied, err)
+		}
+		if _, err := payOnce(token - 1); !errors.Is(err, fencelock.ErrStaleToken) {
+			t.Fatalf("Where(paid_at, %#v): an older token's update = %v; want ErrStaleToken", null, err)
+		}
 	}
 }
 
@@ -127,13 +135,15 @@ func TestUpdate_SQL(t *testing.T) {
 			wantArgs: 3,
 		},
 		{
-			name:     "a nil condition tests IS NULL",
-			update:   postgres.NewUpdate("orders", 34).Set("status", "paid").Key("id", 42).Where("paid_at", nil).Where("note", (*string)(nil)),
-			wantSQL:  `UPDATE "orders" SET "status" = $1, last_fence = $2 WHERE "id" = $3 AND "paid_at" IS NULL AND "note" IS NULL AND last_fence <= $2`,
-			wantArgs: 3,
+			name: "a nil condition tests IS NULL",
+			update: postgres.NewUpdate("orders", 34).Set("status", "paid").Key("id", 42).Where("paid_at", nil).Where("note", (*string)(nil)).
+				Where("shipped_at", sql.NullTime{}).Where("tags", []string(nil)).Where("meta", map[string]any(nil)).Where("amount", sql.NullInt64{Int64: 5, Valid: true}),
+			wantSQL:  `UPDATE "orders" SET "status" = $1, last_fence = $2 WHERE "id" = $3 AND "paid_at" IS NULL AND "note" IS NULL AND "shipped_at" IS NULL AND "tags" IS NULL AND "meta" IS NULL AND "amount" = $4 AND last_fence <= $2`,
+			wantArgs: 4,
 		},
 		{name: "no key", update: postgres.NewUpdate("orders", 34).Set("status", "paid"), wantErr: fencelock.ErrInvalidArgument},
 		{name: "a NULL key", update: postgres.NewUpdate("orders", 34).Set("status", "paid").Key("id", nil), wantErr: fencelock.ErrInvalidArgument},
+		{name: "a NULL key from a Valuer", update: postgres.NewUpdate("orders", 34).Set("status", "paid").Key("id", sql.NullInt64{}), wantErr: fencelock.ErrInvalidArgument},
 		{name: "setting the fence column", update: postgres.NewUpdate("orders", 34).Set("last_fence", 0).Key("id", 1), wantErr: fencelock.ErrInvalidArgument},
 		{name: "token 0", update: postgres.NewUpdate("orders", 0).Key("id", 1), wantErr: fencelock.ErrMissingToken},
 		{name: "empty table name", update: postgres.NewUpdate("", 1).Key("id", 1), wantErr: fencelock.ErrInvalidName},
