@@ -23,6 +23,10 @@
 // PostgreSQL or the object store. In Redis Cluster, every key a script
 // touches must hash to one slot: the fence key carries the domain as a hash
 // tag, so name your data keys with the same tag, e.g. "{order:42}:status".
+// A *redis.Ring is refused: it moves a key to another shard when its shard
+// misses a few pings, and there the fence key is absent. Fenced writes may
+// not touch the fence keys themselves (a cleanup that deletes every key
+// with a domain's tag would drop its bar).
 // Only writes made through Fence are fenced: a plain SET elsewhere bypasses
 // the check. The fence keys have no expiry: with a maxmemory-policy that
 // evicts any key (allkeys-*), Redis may evict one and readmit a stale

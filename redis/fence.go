@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -67,6 +68,7 @@ var _ fencelock.Fence = (*Fence)(nil)
 type Fence struct {
 	rdb    goredis.Scripter
 	prefix string
+	err    error // why rdb cannot carry fenced writes, if it cannot
 }
 
 // Option configures a Fence.
@@ -78,12 +80,19 @@ func WithKeyPrefix(prefix string) Option {
 	return func(f *Fence) { f.prefix = prefix }
 }
 
-// New returns a fence writing through rdb (a *redis.Client, *redis.Ring or
-// *redis.ClusterClient).
+// New returns a fence writing through rdb: a *redis.Client, or a
+// *redis.ClusterClient (a domain's keys then share its hash tag, see the
+// package doc). A *redis.Ring is refused, by every call, with an error
+// wrapping fencelock.ErrInvalidArgument: a Ring moves a key to another
+// shard when its shard misses a few pings, and the domain's fence key,
+// absent there, would let any token write.
 func New(rdb goredis.Scripter, opts ...Option) *Fence {
 	f := &Fence{rdb: rdb, prefix: DefaultKeyPrefix}
 	for _, opt := range opts {
 		opt(f)
+	}
+	if _, ok := rdb.(*goredis.Ring); ok {
+		f.err = fmt.Errorf("redis fence: a *redis.Ring cannot hold a fence (a shard it drops takes the fence key's place with none): use a *redis.Client or a *redis.ClusterClient: %w", fencelock.ErrInvalidArgument)
 	}
 	return f
 }
@@ -93,8 +102,18 @@ func (f *Fence) FenceKey(domain string) string { return f.prefix + "{" + domain 
 
 // run runs one fenced operation.
 func (f *Fence) run(ctx context.Context, domain string, token fencelock.Token, op string, keys []string, args ...any) error {
+	if f.err != nil {
+		return f.err
+	}
 	if err := fence.ValidateDomain(domain); err != nil {
 		return err
+	}
+	for _, k := range keys {
+		// A write of a fence key would reset or drop a domain's bar (a
+		// cleanup that deletes every key with the domain's hash tag).
+		if k == f.FenceKey(domain) || f.prefix != "" && strings.HasPrefix(k, f.prefix) {
+			return fmt.Errorf("key %q is a fence key (prefix %q), which fenced writes may not touch: %w", k, f.prefix, fencelock.ErrInvalidArgument)
+		}
 	}
 	if err := fence.Admit(domain, 0, token); err != nil {
 		return err
@@ -121,7 +140,8 @@ func (f *Fence) run(ctx context.Context, domain string, token fencelock.Token, o
 // Set sets key to value (with an expiration unless it is 0), fenced by token
 // in domain. It returns a *fencelock.StaleTokenError if the domain has
 // accepted a higher token, and errors wrapping fencelock.ErrMissingToken for
-// token 0 and fencelock.ErrInvalidName for a malformed domain.
+// token 0, fencelock.ErrInvalidName for a malformed domain and
+// fencelock.ErrInvalidArgument for a key under the fence keys' prefix.
 func (f *Fence) Set(ctx context.Context, domain string, token fencelock.Token, key string, value any, expiration time.Duration) error {
 	if expiration < 0 {
 		return fmt.Errorf("fenced set of %q: negative expiration %v: %w", key, expiration, fencelock.ErrInvalidArgument)
@@ -179,6 +199,9 @@ func (f *Fence) Check(ctx context.Context, domain string, token fencelock.Token)
 
 // Highest returns the highest token domain has accepted, or 0.
 func (f *Fence) Highest(ctx context.Context, domain string) (fencelock.Token, error) {
+	if f.err != nil {
+		return 0, f.err
+	}
 	if err := fence.ValidateDomain(domain); err != nil {
 		return 0, fmt.Errorf("read highest token: %w", err)
 	}

@@ -147,6 +147,22 @@ func TestFence_writes(t *testing.T) {
 			want: map[string]string{"s": "old", "h/f": "old", "x": "old"},
 		},
 		{
+			// A cleanup of every key with the domain's hash tag would also
+			// match its fence key; deleting it would drop the bar.
+			name: "del of the domain's fence key", token: 34, wantErr: fencelock.ErrInvalidArgument,
+			write: func(ctx context.Context, f *redis.Fence, p string, tok fencelock.Token) error {
+				return f.Del(ctx, "d", tok, p+"s", f.FenceKey("d"))
+			},
+			want: map[string]string{"s": "old", "h/f": "old", "x": "old"},
+		},
+		{
+			name: "set of another domain's fence key", token: 35, wantErr: fencelock.ErrInvalidArgument,
+			write: func(ctx context.Context, f *redis.Fence, p string, tok fencelock.Token) error {
+				return f.Set(ctx, "d", tok, f.FenceKey("e"), "1", 0)
+			},
+			want: map[string]string{"s": "old", "h/f": "old", "x": "old"},
+		},
+		{
 			name: "invalid domain", token: 35, wantErr: fencelock.ErrInvalidName,
 			write: func(ctx context.Context, f *redis.Fence, p string, tok fencelock.Token) error {
 				return f.Set(ctx, "", tok, p+"s", "new", 0)
@@ -193,6 +209,24 @@ func TestFence_writes(t *testing.T) {
 				t.Errorf("Highest(d) = %d, want %d", got, wantHighest)
 			}
 		})
+	}
+}
+
+// A Ring moves a key to another shard when its shard misses pings, where
+// the domain's fence key is absent: New's fence refuses every call.
+func TestNew_RingRefused(t *testing.T) {
+	ring := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	f := redis.New(ring)
+	ctx := t.Context()
+	if err := f.Set(ctx, "d", 1, "k", "v", 0); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("Set through a Ring = %v, want ErrInvalidArgument", err)
+	}
+	if err := f.Check(ctx, "d", 1); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("Check through a Ring = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := f.Highest(ctx, "d"); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("Highest through a Ring = %v, want ErrInvalidArgument", err)
 	}
 }
 
