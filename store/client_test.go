@@ -307,3 +307,17 @@ func TestServer_ObjectStaysInItsDomain(t *testing.T) {
 		t.Fatalf("Put after the delete, in the key's domain: %v", err)
 	}
 }
+
+// A key with white space at an end is a valid key but not a valid domain:
+// without a domain of its own, the refusal says so; with one, it is stored.
+func TestClient_Put_keyThatCannotBeADomain(t *testing.T) {
+	ts := startStore(t, store.DefaultConfig())
+	ctx := t.Context()
+	_, err := ts.client.Put(ctx, "r ", 1, strings.NewReader("x"))
+	if !errors.Is(err, fencelock.ErrInvalidName) || !strings.Contains(err.Error(), store.HeaderDomain) {
+		t.Fatalf("Put(%q) without a domain = %v; want ErrInvalidName naming the %s header", "r ", err, store.HeaderDomain)
+	}
+	if _, err := ts.client.Put(ctx, "r ", 1, strings.NewReader("x"), store.WithDomain("r")); err != nil {
+		t.Fatalf("Put(%q) with a domain = %v", "r ", err)
+	}
+}

@@ -39,6 +39,9 @@ func (s *Server) parseWrite(r *http.Request, op opKind, key, domain string) (wri
 		}
 	}
 	if err := ValidateDomain(wr.domain); err != nil {
+		if op != opCheck && wr.domain == key {
+			return wr, fmt.Errorf("object key %q cannot be its own fence domain (%w); send a %s header", key, err, HeaderDomain)
+		}
 		return wr, err
 	}
 	tok, err := parseToken(r.Header)
