@@ -24,6 +24,19 @@ func openInProcess(t *testing.T) *Server { return openInProcessWith(t, nil) }
 // config.
 func openInProcessWith(t *testing.T, tweak func(*Config)) *Server {
 	t.Helper()
+	s := openNodeWith(t, tweak)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// openNodeWith is openInProcessWith without the wait for leadership (a node
+// of a cluster, whose peers start after it).
+func openNodeWith(t *testing.T, tweak func(*Config)) *Server {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.RaftAddr = testproc.FreeAddr(t)
@@ -36,11 +49,6 @@ func openInProcessWith(t *testing.T, tweak func(*Config)) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	return s
 }
 

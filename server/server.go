@@ -330,7 +330,7 @@ func (s *Server) proposeWithin(cmd fsm.Command, enqueue time.Duration) proposal 
 // stuck (a disk that stalls in fsync): proposals then fail instead of
 // piling up.
 func (s *Server) proposeBy(cmd fsm.Command, enqueue time.Duration) raft.ApplyFuture {
-	cmd.Now = s.clock.now(s.leases.currentEpoch(), s.fsm.LastNow)
+	cmd.Now = s.clock.now(s.raft.CurrentTerm(), s.fsm.LastNow)
 	if s.fsm.Rules() >= fsm.RulesV2 {
 		// Every member reads it (they all implement RulesV2).
 		return s.raft.Apply(cmd.EncodeBinary(), enqueue)
