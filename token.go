@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -57,10 +59,52 @@ func ValidateText(what, s string, maxLen int) error {
 	case !utf8.ValidString(s):
 		return fmt.Errorf("%s is not valid UTF-8: %w", what, ErrInvalidName)
 	}
+	if r, ok := controlIn(s); ok {
+		return fmt.Errorf("%s contains control character %U: %w", what, r, ErrInvalidName)
+	}
+	return nil
+}
+
+// controlIn returns the first control character in s (C0, DEL or C1: a
+// terminal may act on any of them), if any.
+func controlIn(s string) (rune, bool) {
 	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("%s contains control character %U: %w", what, r, ErrInvalidName)
+		if unicode.IsControl(r) {
+			return r, true
 		}
+	}
+	return 0, false
+}
+
+// Limits on the other fields of an acquire, checked by the service at its
+// edge and by the Go client before it sends anything.
+const (
+	// MaxHolderLen is the longest holder label, in bytes.
+	MaxHolderLen = 256
+	// MaxRequestIDLen is the longest request id, in bytes.
+	MaxRequestIDLen = 128
+)
+
+// ValidateHolder checks a holder label (a free-form tag that Describe
+// shows): valid UTF-8 of at most MaxHolderLen bytes without control
+// characters; empty is allowed. The error wraps ErrInvalidArgument.
+func ValidateHolder(h string) error {
+	if len(h) > MaxHolderLen || !utf8.ValidString(h) {
+		return fmt.Errorf("holder label must be UTF-8 of at most %d bytes: %w", MaxHolderLen, ErrInvalidArgument)
+	}
+	if r, ok := controlIn(h); ok {
+		return fmt.Errorf("holder label contains control character %U: %w", r, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// ValidateRequestID checks a request id: non-empty valid UTF-8 of at most
+// MaxRequestIDLen bytes with no zero byte (the lock table keys a request by
+// its lock's name, a zero byte and its id). The error wraps
+// ErrInvalidArgument.
+func ValidateRequestID(rid string) error {
+	if rid == "" || len(rid) > MaxRequestIDLen || !utf8.ValidString(rid) || strings.IndexByte(rid, 0) >= 0 {
+		return fmt.Errorf("request id must be non-empty UTF-8 of at most %d bytes with no zero byte: %w", MaxRequestIDLen, ErrInvalidArgument)
 	}
 	return nil
 }

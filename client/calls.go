@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -19,6 +20,9 @@ import (
 // a grant across processes. Errors: fencelock.ErrNotHolder,
 // fencelock.ErrLeaseExpired, fencelock.ErrUnavailable.
 func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) (time.Duration, error) {
+	if err := fencelock.LockName(name).Validate(); err != nil {
+		return 0, fmt.Errorf("renew: %w", err)
+	}
 	var ttl time.Duration
 	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		resp, err := ep.renew(ctx, &fencelockv1.RenewRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
@@ -46,6 +50,9 @@ func (c *Client) Release(ctx context.Context, name string, id fencelock.LeaseID,
 // lost), the grant may as well have ended by expiry, and NotHolder is
 // returned.
 func (c *Client) release(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token, heldTill bool) error {
+	if err := fencelock.LockName(name).Validate(); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
 	unknown := false // an earlier attempt may have released it without our hearing
 	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		err := ep.release(ctx, &fencelockv1.ReleaseRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
@@ -93,6 +100,9 @@ func lockInfo(m *fencelockv1.LockInfo) LockInfo {
 // Describe returns the named lock's holder, token, expiry and waiters.
 // Errors: fencelock.ErrNotFound when nobody holds or waits for it.
 func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
+	if err := fencelock.LockName(name).Validate(); err != nil {
+		return LockInfo{}, fmt.Errorf("describe: %w", err)
+	}
 	var li LockInfo
 	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
 		resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: name}))
@@ -114,6 +124,9 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 func (c *Client) List(ctx context.Context, prefix, pageToken string, pageSize int) ([]LockInfo, string, error) {
 	if pageSize < 0 {
 		return nil, "", fmt.Errorf("list: page size %d: %w", pageSize, fencelock.ErrInvalidArgument)
+	}
+	if !utf8.ValidString(prefix) || !utf8.ValidString(pageToken) {
+		return nil, "", fmt.Errorf("list: prefix and page token must be UTF-8: %w", fencelock.ErrInvalidArgument)
 	}
 	var out []LockInfo
 	var next string

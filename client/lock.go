@@ -30,21 +30,44 @@ var ErrReleased = errors.New("lock released")
 // until ctx ends, or for at most WithWait. It returns a Lock whose lease is
 // kept alive until Release or until the lease is lost. Errors:
 // *fencelock.LockHeldError (try-lock or the wait ran out), fencelock.ErrInvalidName,
-// fencelock.ErrInvalidTTL, fencelock.ErrUnavailable (service unreachable; the
-// request id makes the retries Acquire already did safe), or ctx's error.
+// fencelock.ErrInvalidTTL, fencelock.ErrInvalidArgument (a holder label,
+// request id or safety margin the service would refuse; checked before
+// anything is sent), fencelock.ErrNotHolder (the request's grant ended
+// before its answer reached this call: an answer lost on the way, or a
+// WithRequestID of an ended grant; acquire again for a new grant),
+// fencelock.ErrUnavailable (service unreachable; the request id makes the
+// retries Acquire already did safe), or ctx's error.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...Option) (*Lock, error) {
 	o := acquireOptions{ttl: DefaultTTL, holder: c.cfg.Holder}
 	for _, opt := range opts {
 		opt(&o)
 	}
+	// Bad input is refused here, before it reaches the shared pipe (a
+	// request that cannot be encoded would break it for every call).
+	if err := fencelock.LockName(name).Validate(); err != nil {
+		return nil, fmt.Errorf("acquire: %w", err)
+	}
+	if err := fencelock.ValidateHolder(o.holder); err != nil {
+		return nil, fmt.Errorf("acquire %q: %w", name, err)
+	}
+	if o.requestID != "" {
+		if err := fencelock.ValidateRequestID(o.requestID); err != nil {
+			return nil, fmt.Errorf("acquire %q: %w", name, err)
+		}
+	}
 	if o.ttl <= 0 {
 		return nil, fmt.Errorf("acquire %q: ttl %v: %w", name, o.ttl, fencelock.ErrInvalidTTL)
 	}
+	// The lock's context ends at (last confirmed renewal + ttl - margin),
+	// and the first renewal runs ttl/3 after the grant: a margin of 2/3 of
+	// the ttl or more would end every lock before its first renewal.
 	if o.margin <= 0 {
-		o.margin = max(o.ttl/10, 50*time.Millisecond)
+		if o.margin = max(o.ttl/10, 50*time.Millisecond); 3*o.margin >= 2*o.ttl {
+			return nil, fmt.Errorf("acquire %q: ttl %v is too short for the default safety margin %v: %w", name, o.ttl, o.margin, fencelock.ErrInvalidTTL)
+		}
 	}
-	if o.margin >= o.ttl {
-		return nil, fmt.Errorf("acquire %q: safety margin %v is not below ttl %v: %w", name, o.margin, o.ttl, fencelock.ErrInvalidArgument)
+	if 3*o.margin >= 2*o.ttl {
+		return nil, fmt.Errorf("acquire %q: safety margin %v is not below 2/3 of ttl %v (the lease would end before its first renewal): %w", name, o.margin, o.ttl, fencelock.ErrInvalidArgument)
 	}
 	if o.waitSet && o.wait < 0 {
 		return nil, fmt.Errorf("acquire %q: wait %v is negative: %w", name, o.wait, fencelock.ErrInvalidArgument)
@@ -301,10 +324,19 @@ func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 
 // Err returns nil while the lease is believed held, and otherwise why not:
 // an error wrapping fencelock.ErrLeaseExpired or fencelock.ErrNotHolder, or
-// ErrReleased.
+// ErrReleased. It reads the deadline itself rather than waiting for the
+// timer that ends the context: after a pause of the process (GC, SIGSTOP, a
+// descheduled VM) the timer runs only some time after the deadline passed,
+// and until then the context still looks alive.
 func (l *Lock) Err() error {
 	if l.ctx.Err() == nil {
-		return nil
+		l.mu.Lock()
+		passed := !time.Now().Before(l.deadline)
+		l.mu.Unlock()
+		if !passed {
+			return nil
+		}
+		l.deadlinePassed()
 	}
 	return context.Cause(l.ctx)
 }
@@ -394,8 +426,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.timer.Stop()
 	pending := l.renewal.Stop()
-	held := l.ctx.Err() == nil // not lost before this call
-	l.cancel(ErrReleased)      // no renewal is scheduled after this
+	held := l.ctx.Err() == nil && time.Now().Before(l.deadline) // not lost before this call (see Err)
+	l.cancel(ErrReleased)                                       // no renewal is scheduled after this
 	l.mu.Unlock()
 	if !pending {
 		// A renewal may be under way (its call ends with the context):

@@ -31,7 +31,8 @@ func WithWait(d time.Duration) Option {
 
 // WithSafetyMargin sets how long before the computed lease end the lock's
 // context is cancelled (default TTL/10, at least 50ms). A larger margin
-// covers more clock-rate drift between client and service.
+// covers more clock-rate drift between client and service; it must stay
+// below 2/3 of the TTL (the first renewal runs at TTL/3).
 func WithSafetyMargin(d time.Duration) Option { return func(o *acquireOptions) { o.margin = d } }
 
 // WithHolder overrides the client's holder label for this grant.

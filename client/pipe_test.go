@@ -127,9 +127,12 @@ func TestClient_PipeCarriesTheCalls(t *testing.T) {
 	}
 }
 
-// TestClient_OversizedCallFailsAlone: a call too large for the node fails
-// with ErrTooLarge, and the pipe, with the calls on it, goes on.
-func TestClient_OversizedCallFailsAlone(t *testing.T) {
+// TestClient_InvalidCallFailsAlone: a call the node would refuse, or that
+// protobuf cannot encode (invalid UTF-8), fails at once with its own error,
+// and the pipe, with the calls on it, goes on. (Sent, a request that
+// cannot be encoded broke the shared pipe and was retried as unavailable
+// until the retries ran out.)
+func TestClient_InvalidCallFailsAlone(t *testing.T) {
 	addr := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -139,14 +142,45 @@ func TestClient_OversizedCallFailsAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Acquire(ctx, "huge", client.WithHolder(strings.Repeat("h", 70<<10))); !errors.Is(err, fencelock.ErrTooLarge) {
-		t.Fatalf("acquire with a 70 KiB holder label = %v, want ErrTooLarge", err)
+	calls := []struct {
+		what string
+		call func() error
+		want error
+	}{
+		{"a 70 KiB holder label", func() error {
+			_, err := c.Acquire(ctx, "huge", client.WithHolder(strings.Repeat("h", 70<<10)))
+			return err
+		}, fencelock.ErrInvalidArgument},
+		{"a name that is not UTF-8", func() error { _, err := c.Acquire(ctx, "bad\xff"); return err }, fencelock.ErrInvalidName},
+		{"a holder label that is not UTF-8", func() error {
+			_, err := c.Acquire(ctx, "ok", client.WithHolder("\xff"))
+			return err
+		}, fencelock.ErrInvalidArgument},
+		{"a holder label with an escape", func() error {
+			_, err := c.Acquire(ctx, "ok", client.WithHolder("\x1b[2J"))
+			return err
+		}, fencelock.ErrInvalidArgument},
+		{"a request id that is not UTF-8", func() error {
+			_, err := c.Acquire(ctx, "ok", client.WithRequestID("\xff"))
+			return err
+		}, fencelock.ErrInvalidArgument},
+		{"a release of a name that is not UTF-8", func() error { return c.Release(ctx, "bad\xff", l.LeaseID(), l.Token()) }, fencelock.ErrInvalidName},
+		{"a renewal of a name that is not UTF-8", func() error { _, err := c.Renew(ctx, "bad\xff", l.LeaseID(), l.Token()); return err }, fencelock.ErrInvalidName},
+	}
+	for _, tc := range calls {
+		start := time.Now()
+		if err := tc.call(); !errors.Is(err, tc.want) {
+			t.Fatalf("%s: %v, want an error wrapping %v", tc.what, err, tc.want)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("%s: refused after %v, not at once", tc.what, took)
+		}
 	}
 	if err := l.Release(ctx); err != nil {
-		t.Fatalf("release on the same pipe after the oversized call: %v", err)
+		t.Fatalf("release on the same pipe after the refused calls: %v", err)
 	}
 	if n := tr.count("fencelock.v1.Pipe"); n != 1 {
-		t.Fatalf("%d pipe upgrades, want 1: the oversized call broke the pipe", n)
+		t.Fatalf("%d pipe upgrades, want 1: a refused call broke the pipe", n)
 	}
 }
 

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
@@ -15,8 +13,8 @@ import (
 
 // Limits on request fields, checked at the API edge.
 const (
-	MaxHolderLen    = 256
-	MaxRequestIDLen = 128
+	MaxHolderLen    = fencelock.MaxHolderLen
+	MaxRequestIDLen = fencelock.MaxRequestIDLen
 	MaxPageSize     = 1000
 	defaultPageSize = 100
 )
@@ -56,21 +54,11 @@ func (s *Server) validate(req AcquireRequest) error {
 	if req.Wait < 0 {
 		return fmt.Errorf("wait %v is negative: %w", req.Wait, fencelock.ErrInvalidArgument)
 	}
-	if len(req.Holder) > MaxHolderLen || !utf8.ValidString(req.Holder) {
-		return fmt.Errorf("holder label must be UTF-8 of at most %d bytes: %w", MaxHolderLen, fencelock.ErrInvalidArgument)
+	if err := fencelock.ValidateHolder(req.Holder); err != nil {
+		return err
 	}
 	if req.RequestID != "" {
-		return validateRequestID(req.RequestID)
-	}
-	return nil
-}
-
-// validateRequestID checks a request id: UTF-8 of at most MaxRequestIDLen
-// bytes with no zero byte (the lock table keys a request by its lock's name,
-// a zero byte and its id).
-func validateRequestID(rid string) error {
-	if rid == "" || len(rid) > MaxRequestIDLen || !utf8.ValidString(rid) || strings.IndexByte(rid, 0) >= 0 {
-		return fmt.Errorf("request id must be non-empty UTF-8 of at most %d bytes with no zero byte: %w", MaxRequestIDLen, fencelock.ErrInvalidArgument)
+		return fencelock.ValidateRequestID(req.RequestID)
 	}
 	return nil
 }
@@ -334,7 +322,7 @@ func (s *Server) CancelWait(ctx context.Context, name fencelock.LockName, rid st
 	if err := name.Validate(); err != nil {
 		return err
 	}
-	if err := validateRequestID(rid); err != nil {
+	if err := fencelock.ValidateRequestID(rid); err != nil {
 		return err
 	}
 	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: name, RequestID: rid})

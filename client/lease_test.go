@@ -1,0 +1,60 @@
+package client
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// After a pause of the process, the lease's deadline has passed but the
+// timer that ends the lock's context has not run yet: Err must already say
+// the lease may be lost, and Release must not count the lock as held.
+func TestLock_ErrReadsTheDeadline(t *testing.T) {
+	c, err := New("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g := &fencelockv1.Grant{Name: "l", Token: 7, LeaseId: string(fencelock.NewLeaseID()), Ttl: durationpb.New(time.Hour)}
+	l := c.newLock(g, time.Now(), time.Minute)
+	defer func() {
+		l.mu.Lock()
+		l.timer.Stop()
+		l.renewal.Stop()
+		l.mu.Unlock()
+	}()
+	if err := l.Err(); err != nil {
+		t.Fatalf("Err of a fresh lock = %v", err)
+	}
+	l.mu.Lock()
+	l.deadline = time.Now().Add(-time.Millisecond) // passed; the timer is still an hour away
+	l.mu.Unlock()
+	if err := l.Err(); !errors.Is(err, fencelock.ErrLeaseExpired) {
+		t.Fatalf("Err past the deadline, before the timer ran = %v; want ErrLeaseExpired", err)
+	}
+	if l.Context().Err() == nil {
+		t.Fatal("the lock's context still looks alive after Err reported the loss")
+	}
+}
+
+// A safety margin that would end every lock before its first renewal (at
+// TTL/3) is refused before anything is sent; so is a TTL too short for the
+// default margin, as a TTL.
+func TestAcquire_MarginLeavesRoomForARenewal(t *testing.T) {
+	c, err := New("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	if _, err := c.Acquire(ctx, "l", WithTTL(3*time.Second), WithSafetyMargin(2*time.Second)); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Errorf("margin 2s of ttl 3s = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := c.Acquire(ctx, "l", WithTTL(60*time.Millisecond)); !errors.Is(err, fencelock.ErrInvalidTTL) {
+		t.Errorf("ttl 60ms with the default margin = %v, want ErrInvalidTTL", err)
+	}
+}
