@@ -441,7 +441,10 @@ func (l *Lock) Release(ctx context.Context) error {
 // Do runs fn while holding the named lock: it acquires (with opts), calls fn
 // with a context that ends when ctx does or the lease may be lost, and with
 // the fencing token to attach to every write, then releases. It returns fn's
-// error, or the error of Acquire.
+// error, or the error of Acquire. A lease lost while fn ran is not an error
+// of Do when fn returned nil: fn's context ended at the loss, and the
+// resource judged each fenced write by its token; a release that finds the
+// grant gone is only logged.
 func Do(ctx context.Context, c *Client, name string, fn func(ctx context.Context, token fencelock.Token) error, opts ...Option) error {
 	l, err := c.Acquire(ctx, name, opts...)
 	if err != nil {
