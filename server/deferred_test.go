@@ -262,3 +262,41 @@ func TestServer_LeaderRecordsItsAPIAddressAgain(t *testing.T) {
 	}
 	eventually(t, "the leader's API address recorded again", func() bool { a, _ := s.fsm.MemberAPI("n1"); return a == api })
 }
+
+// A waiting Acquire whose caller goes away after its entry was proposed but
+// before it applied leaves a request queued with nobody waiting: it is
+// dropped after the claim window, as one a Batch queued would be, instead
+// of being granted to nobody when the lock is released.
+func TestAcquire_CallerGoneMidCommitIsNotGrantedToNobody(t *testing.T) {
+	s := openInProcess(t)
+	s.deferrals.window = time.Hour
+	bg := context.Background()
+	h, err := s.Acquire(bg, AcquireRequest{Name: "l", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(ctx, AcquireRequest{Name: "l", TTL: time.Minute, Wait: time.Minute, RequestID: "gone"})
+		done <- err
+	}()
+	eventually(t, "the acquire held back", func() bool { return s.deferrals.n.Load() == 1 })
+	s.deferrals.flush() // proposed now
+	cancel()            // the caller goes away before its entry commits
+	<-done
+	eventually(t, "the request queued", func() bool { return s.fsm.Queued("l", "gone") })
+	deadline := time.Now().Add(claimWindow + claimRecheck + 10*time.Second)
+	for s.fsm.Queued("l", "gone") {
+		if time.Now().After(deadline) {
+			t.Fatal("the request of a caller that went away is still queued after the claim window")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := s.Release(bg, "l", h.LeaseID, h.Token); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := s.fsm.Get("l"); ok && l.Holder != nil {
+		t.Fatalf("after the release the lock is held by %+v, want free", *l.Holder)
+	}
+}

@@ -10,8 +10,11 @@ import (
 // 10,000 held locks renewing at TTL/3 would otherwise cost thousands of
 // heartbeat rounds per second. A caller joins the next round that has not
 // started yet, never one already running: the round that answers it began
-// after the caller arrived, so it proves leadership at a moment after the
-// request, exactly as a round of its own would.
+// after the caller arrived, so it proves as much as a round of its own
+// would. (hashicorp/raft counts toward a round any follower reply that
+// arrives after the round starts, even to an RPC sent just before it; a
+// follower refuses to vote for another leader until a heartbeat timeout
+// after it last heard from this one, which covers that gap.)
 type leaderCheck struct {
 	verify func() error
 

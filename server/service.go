@@ -98,6 +98,13 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	} else {
 		var err error
 		if res, err = s.Apply(ctx, acquireCommand(req)); err != nil {
+			if req.Wait > 0 && errors.Is(err, fencelock.ErrUnavailable) {
+				// The entry may still commit, queued with nobody waiting
+				// (the caller went away during the sync): a live client
+				// comes back for it within the claim window, as for a
+				// request a Batch queued; otherwise it is dropped.
+				s.expectClaim(req.Name, req.RequestID)
+			}
 			return fencelock.Grant{}, err
 		}
 	}
