@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 
 	"github.com/fencelock/fencelock/internal/raftlog"
 )
@@ -46,7 +48,14 @@ var (
 )
 
 func openLogStore(cfg Config) (*raftStore, error) {
-	b, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	// raft.db's file lock is the data dir's: the first thing a node opens
+	// there, held until Close. Another node on the same dir gives up after
+	// a second instead of waiting for it forever.
+	path := filepath.Join(cfg.DataDir, "raft.db")
+	b, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{Timeout: time.Second}})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: another node is using the data dir %s", path, cfg.DataDir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open raft stable store: %w", err)
 	}

@@ -1,14 +1,18 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/fencelock/fencelock/internal/raftlog"
+	"github.com/fencelock/fencelock/internal/testproc"
 )
 
 // TestOpenLogStore_MovesBoltLog: a data dir whose log is still in raft.db
@@ -106,5 +110,29 @@ func TestOpenLogStore_MoveResumesAndKeepsGaps(t *testing.T) {
 	}
 	if n, _ := s.stable.LastIndex(); n != 0 {
 		t.Fatalf("raft.db still holds entries up to %d after a complete move", n)
+	}
+}
+
+// A second node on a data dir in use fails at once with a clear error; it
+// waited for raft.db's file lock forever, deaf to signals.
+func TestOpen_DataDirInUse(t *testing.T) {
+	first := openInProcess(t)
+	cfg := first.cfg
+	cfg.RaftAddr = testproc.FreeAddr(t)
+	done := make(chan error, 1)
+	go func() {
+		s, err := Open(context.Background(), cfg)
+		if err == nil {
+			s.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "another node is using the data dir") {
+			t.Fatalf("a second Open of the data dir = %v, want an error that another node uses it", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a second Open of a data dir in use still waits after 30s")
 	}
 }
