@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/fencelock/fencelock"
 	"log/slog"
 	"time"
 
@@ -131,7 +132,7 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("logger is nil"))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("invalid server config: %w", err)
+		return fmt.Errorf("invalid server config: %w: %w", err, fencelock.ErrInvalidArgument)
 	}
 	return nil
 }

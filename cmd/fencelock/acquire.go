@@ -74,21 +74,37 @@ type grantJSON struct {
 }
 
 // grantFlags adds --lease-id and --token, defaulting to the environment a
-// "fencelock lock" command provides.
-func grantFlags(fs *flag.FlagSet) (*string, *uint64) {
+// "fencelock lock" command provides. The returned check, called after
+// parsing, refuses a grant that neither names (a usage error).
+func grantFlags(fs *flag.FlagSet) (*string, *uint64, func() error) {
 	id := fs.String("lease-id", os.Getenv("FENCELOCK_LEASE_ID"), "the grant's lease id (env FENCELOCK_LEASE_ID)")
 	var def uint64
-	if t, err := fencelock.ParseToken(os.Getenv("FENCELOCK_TOKEN")); err == nil {
+	envTok := os.Getenv("FENCELOCK_TOKEN")
+	t, envErr := fencelock.ParseToken(envTok)
+	if envErr == nil {
 		def = uint64(t)
 	}
 	tok := fs.Uint64("token", def, "the grant's fencing token (env FENCELOCK_TOKEN)")
-	return id, tok
+	check := func() error {
+		tokSet := false
+		fs.Visit(func(f *flag.Flag) { tokSet = tokSet || f.Name == "token" })
+		switch {
+		case *id == "":
+			return usageErr("%s: --lease-id (or FENCELOCK_LEASE_ID) is required: the lease id that acquire printed", fs.Name())
+		case !tokSet && envTok != "" && envErr != nil:
+			return usageErr("%s: FENCELOCK_TOKEN=%q is not a token: %v", fs.Name(), envTok, envErr)
+		case *tok == 0:
+			return usageErr("%s: --token (or FENCELOCK_TOKEN) is required: the fencing token that acquire printed", fs.Name())
+		}
+		return nil
+	}
+	return id, tok, check
 }
 
 func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("renew", "renew NAME --lease-id ID --token N [flags]", stderr)
 	newClient := clientFlags(fs)
-	id, tok := grantFlags(fs)
+	id, tok, checkGrant := grantFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	name, rest, err := splitName(fs, args)
 	if err != nil {
@@ -96,6 +112,9 @@ func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if len(rest) > 0 {
 		return usageErr("renew takes one NAME, got extra %q", rest)
+	}
+	if err := checkGrant(); err != nil {
+		return err
 	}
 	c, err := newClient()
 	if err != nil {
@@ -116,13 +135,16 @@ func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("release", "release NAME --lease-id ID --token N [flags]", stderr)
 	newClient := clientFlags(fs)
-	id, tok := grantFlags(fs)
+	id, tok, checkGrant := grantFlags(fs)
 	name, rest, err := splitName(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
 		return usageErr("release takes one NAME, got extra %q", rest)
+	}
+	if err := checkGrant(); err != nil {
+		return err
 	}
 	c, err := newClient()
 	if err != nil {

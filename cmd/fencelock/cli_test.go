@@ -71,24 +71,36 @@ func TestRun_HelpAndUsageErrors(t *testing.T) {
 		args     []string
 		wantCode int
 		wantOut  string
+		env      []string
 	}{
-		{[]string{"--help"}, 0, "Usage: fencelock COMMAND"},
-		{[]string{"serve", "--help"}, 0, "--data-dir"},
-		{[]string{"lock", "--help"}, 0, "FENCELOCK_TOKEN"},
-		{[]string{"nope"}, 2, "unknown command"},
-		{[]string{"acquire", "x", "--ttl", "0"}, 2, "--ttl 0s"},
-		{[]string{"lock", "x", "--ttl", "-1s", "--", "true"}, 2, "--ttl -1s"},
-		{[]string{"lock", "x", "--kill-after", "-5s", "--", "true"}, 2, "--kill-after -5s"},
-		{[]string{"members", "list", "extra"}, 2, "takes no arguments"},
-		{[]string{"serve", "--max-rules", "99"}, 2, "--max-rules 99"},
-		{[]string{"lock"}, 2, "missing lock NAME"},
-		{[]string{"lock", "x"}, 2, "no COMMAND"},
-		{[]string{"acquire", "x", "--ttl", "banana"}, 2, "invalid value"},
-		{[]string{"acquire", "x", "--wait", "-3s"}, 2, "forever"},
-		{[]string{"serve", "--procs", "-1"}, 2, "--procs -1"},
+		{[]string{"--help"}, 0, "Usage: fencelock COMMAND", nil},
+		{[]string{"help", "lock"}, 0, "FENCELOCK_TOKEN", nil},
+		{[]string{"renew", "x"}, 2, "--lease-id (or FENCELOCK_LEASE_ID) is required", nil},
+		{[]string{"release", "x", "--lease-id", "0123456789abcdef0123456789abcdef"}, 2, "--token (or FENCELOCK_TOKEN) is required", nil},
+		{[]string{"release", "x", "--lease-id", "0123456789abcdef0123456789abcdef"}, 2, "is not a token", []string{"FENCELOCK_TOKEN=abc"}},
+		{[]string{"list", "--limit", "-1"}, 2, "--limit -1", nil},
+		{[]string{"acquire", "bad\x01name"}, 2, "control character", nil},
+		{[]string{"acquire", "x", "--ttl", "1s", "--server", "127.0.0.1:1"}, 1, "fencelock serve", nil},
+		{[]string{"demo", "extra"}, 2, "takes no arguments", nil},
+		{[]string{"demo", "--color", "bogus"}, 2, "--color", nil},
+		{[]string{"demo", "--ttl", "2h", "--pause", "3h"}, 2, "--ttl", nil},
+		{[]string{"serve", "--min-ttl", "-1s"}, 2, "invalid server config", nil},
+		{[]string{"serve", "--help"}, 0, "--data-dir", nil},
+		{[]string{"lock", "--help"}, 0, "FENCELOCK_TOKEN", nil},
+		{[]string{"nope"}, 2, "unknown command", nil},
+		{[]string{"acquire", "x", "--ttl", "0"}, 2, "--ttl 0s", nil},
+		{[]string{"lock", "x", "--ttl", "-1s", "--", "true"}, 2, "--ttl -1s", nil},
+		{[]string{"lock", "x", "--kill-after", "-5s", "--", "true"}, 2, "--kill-after -5s", nil},
+		{[]string{"members", "list", "extra"}, 2, "takes no arguments", nil},
+		{[]string{"serve", "--max-rules", "99"}, 2, "--max-rules 99", nil},
+		{[]string{"lock"}, 2, "missing lock NAME", nil},
+		{[]string{"lock", "x"}, 2, "no COMMAND", nil},
+		{[]string{"acquire", "x", "--ttl", "banana"}, 2, "invalid value", nil},
+		{[]string{"acquire", "x", "--wait", "-3s"}, 2, "forever", nil},
+		{[]string{"serve", "--procs", "-1"}, 2, "--procs -1", nil},
 	}
 	for _, tc := range tests {
-		out, code := testproc.Run(ctx, t, nil, tc.args...)
+		out, code := testproc.Run(ctx, t, tc.env, tc.args...)
 		if code != tc.wantCode || !strings.Contains(out, tc.wantOut) {
 			t.Errorf("fencelock %v: exit %d, output %q; want exit %d mentioning %q", tc.args, code, out, tc.wantCode, tc.wantOut)
 		}

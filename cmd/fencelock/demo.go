@@ -40,8 +40,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *ttl < time.Second || *pause <= *ttl {
-		return usageErr("demo: want --ttl >= 1s and --pause > --ttl (got %v and %v)", *ttl, *pause)
+	if fs.NArg() > 0 {
+		return usageErr("demo takes no arguments, got %q", fs.Args())
+	}
+	if maxTTL := server.DefaultConfig().MaxTTL; *ttl < time.Second || *ttl > maxTTL || *pause <= *ttl {
+		return usageErr("demo: want 1s <= --ttl <= %v and --pause > --ttl (got %v and %v)", maxTTL, *ttl, *pause)
+	}
+	if *color != "auto" && *color != "always" && *color != "never" {
+		return usageErr("demo: --color %q: want auto, always or never", *color)
 	}
 	var runActs []string
 	for _, a := range strings.Split(*acts, ",") {

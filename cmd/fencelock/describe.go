@@ -64,6 +64,9 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if fs.NArg() > 1 {
 		return usageErr("list takes at most one PREFIX, got %q", fs.Args())
 	}
+	if *limit < 0 {
+		return usageErr("--limit %d: want 0 (all) or more", *limit)
+	}
 	c, err := newClient()
 	if err != nil {
 		return err

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/fencelock/fencelock"
 )
 
 const usage = `fencelock: distributed locks with fencing tokens, enforced at the resource.
@@ -66,7 +68,14 @@ type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
+// clientCommands talk to the lock service at --server.
+var clientCommands = map[string]bool{"lock": true, "acquire": true, "renew": true, "release": true,
+	"describe": true, "list": true, "members": true, "status": true}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 2 && args[0] == "help" && commands[args[1]] != nil {
+		args = []string{args[1], "--help"} // "fencelock help lock"
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(stdout, usage)
 		if len(args) == 0 {
@@ -79,7 +88,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stderr, usage)
 		return usageErr("unknown command %q: run \"fencelock help\" for the list", args[0])
 	}
-	return cmd(ctx, args[1:], stdout, stderr)
+	err := cmd(ctx, args[1:], stdout, stderr)
+	if clientCommands[args[0]] && errors.Is(err, fencelock.ErrUnavailable) && ctx.Err() == nil {
+		err = fmt.Errorf("%w\n(is the service running there? start one with \"fencelock serve\"; client commands find it with --server or FENCELOCK_SERVER, default 127.0.0.1:7070)", err)
+	}
+	return err
+}
+
+// badInput reports whether err refuses the caller's input (a name, TTL,
+// token, ...), which exits 2 as a usage error does.
+func badInput(err error) bool {
+	for _, e := range []error{fencelock.ErrInvalidName, fencelock.ErrInvalidTTL, fencelock.ErrInvalidArgument,
+		fencelock.ErrMissingToken, fencelock.ErrInvalidToken} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 func main() {
@@ -92,7 +117,7 @@ func main() {
 		return
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
-	case errors.Is(err, errUsage):
+	case errors.Is(err, errUsage), badInput(err):
 		fmt.Fprintln(os.Stderr, "fencelock:", err)
 		os.Exit(2)
 	default:
