@@ -65,7 +65,9 @@ func (c *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
 }
 
 // AddMember adds a voter to the cluster (through the leader). apiAddr is
-// the new node's API address, recorded so that followers can name it.
+// the new node's API address, required: the leader asks the node's status
+// there before it counts it as a voter, and records it so that followers
+// can name it.
 func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) error {
 	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		_, err := ep.cluster.AddMember(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.AddMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr}), c.cfg.AdminToken))

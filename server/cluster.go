@@ -159,7 +159,7 @@ func (s *Server) requireLeader() error {
 }
 
 // AddMember adds a voter, or updates its API address if it is already one.
-// A new voter is refused with ErrPreconditionFailed when the voters that
+// A new voter needs its API address. It is refused with ErrPreconditionFailed when the voters that
 // answer a status probe and follow this leader (see follows; the new one,
 // at apiAddr, need only answer) would not be a majority of the new
 // configuration: the new voter counts toward quorum at
@@ -198,6 +198,9 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 		}
 		if err == nil {
 			healthy++
+		}
+		if apiAddr == "" {
+			return fmt.Errorf("add member %s: its API address is required (members add ID RAFT-ADDR API-ADDR): the leader asks the new node's status there before it counts it as a voter: %w", id, fencelock.ErrInvalidArgument)
 		}
 		if rules := s.fsm.Rules(); rules > fsm.RulesV1 && (err != nil || st.MaxRules < rules) {
 			// It would apply the log under other rules than the others.
@@ -267,6 +270,9 @@ func (s *Server) RemoveMember(ctx context.Context, id string) error {
 	}
 	if !found {
 		return fmt.Errorf("remove member %s: not in the configuration: %w", id, fencelock.ErrNotFound)
+	}
+	if voters == 0 && found {
+		return fmt.Errorf("remove member %s: it is the last voter; a cluster cannot remove its last voter (stop the node instead): %w", id, fencelock.ErrPreconditionFailed)
 	}
 	if voters == 0 || healthy < voters/2+1 {
 		return fmt.Errorf("remove member %s: only %d of the %d voters left answer; a quorum needs %d: %w",

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -221,14 +222,30 @@ func TestAddMember_UnreachableVoterIsRefused(t *testing.T) {
 	if err := s.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	err = s.AddMember(ctx, "typo", testproc.FreeAddr(t), "")
+	if err := s.AddMember(ctx, "noapi", testproc.FreeAddr(t), ""); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("add a voter without an API address = %v, want an error wrapping ErrInvalidArgument", err)
+	}
+	err = s.AddMember(ctx, "typo", testproc.FreeAddr(t), testproc.FreeAddr(t))
 	if !errors.Is(err, fencelock.ErrPreconditionFailed) {
 		t.Fatalf("add an unreachable voter = %v, want an error wrapping ErrPreconditionFailed", err)
+	}
+	if err := s.RemoveMember(ctx, st0ID(t, s)); !errors.Is(err, fencelock.ErrPreconditionFailed) || !strings.Contains(err.Error(), "last voter") {
+		t.Fatalf("remove the last voter = %v, want a refusal naming the last voter", err)
 	}
 	time.Sleep(2 * time.Second) // an added voter would have cost the leadership by now
 	if st, _ := s.Status(); !st.Ready || len(st.Members) != 1 {
 		t.Fatalf("after the refused add: ready %v, %d members; want ready with 1", st.Ready, len(st.Members))
 	}
+}
+
+// st0ID is s's node id.
+func st0ID(t *testing.T, s *server.Server) string {
+	t.Helper()
+	st, err := s.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.ID
 }
 
 // TestRules_RaisedOnceEveryMemberImplementsThem: the leader raises the log

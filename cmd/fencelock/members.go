@@ -10,7 +10,7 @@ import (
 )
 
 func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("members", "members list | add ID RAFT-ADDR [API-ADDR] | remove ID | transfer-leader [ID] [flags]\n\n"+
+	fs := newFlags("members", "members list | add ID RAFT-ADDR API-ADDR | remove ID | transfer-leader [ID] [flags]\n\n"+
 		"Lists or changes the cluster's voters. Changes go to the leader. A removal\n"+
 		"that would leave too few reachable voters for a quorum is refused. A cluster\n"+
 		"started with an admin token (serve --admin-token-file) wants it for add, remove\n"+
@@ -54,14 +54,10 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return tw.Flush()
 	case "add":
-		if len(rest) < 2 || len(rest) > 3 {
-			return usageErr("members add ID RAFT-ADDR [API-ADDR]")
+		if len(rest) != 3 {
+			return usageErr("members add ID RAFT-ADDR API-ADDR (the leader asks the new node's status at API-ADDR before it counts it as a voter)")
 		}
-		api := ""
-		if len(rest) == 3 {
-			api = rest[2]
-		}
-		if err := c.AddMember(ctx, rest[0], rest[1], api); err != nil {
+		if err := c.AddMember(ctx, rest[0], rest[1], rest[2]); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "added %s (%s)\n", rest[0], rest[1])
