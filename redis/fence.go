@@ -108,17 +108,18 @@ func (f *Fence) run(ctx context.Context, domain string, token fencelock.Token, o
 	if err := fence.ValidateDomain(domain); err != nil {
 		return err
 	}
+	fk := f.FenceKey(domain)
 	for _, k := range keys {
 		// A write of a fence key would reset or drop a domain's bar (a
 		// cleanup that deletes every key with the domain's hash tag).
-		if k == f.FenceKey(domain) || f.prefix != "" && strings.HasPrefix(k, f.prefix) {
+		if k == fk || f.prefix != "" && strings.HasPrefix(k, f.prefix) {
 			return fmt.Errorf("key %q is a fence key (prefix %q), which fenced writes may not touch: %w", k, f.prefix, fencelock.ErrInvalidArgument)
 		}
 	}
 	if err := fence.Admit(domain, 0, token); err != nil {
 		return err
 	}
-	res, err := fencedWrite.Run(ctx, f.rdb, append([]string{f.FenceKey(domain)}, keys...),
+	res, err := fencedWrite.Run(ctx, f.rdb, append([]string{fk}, keys...),
 		append([]any{token.String(), op}, args...)...).Slice()
 	if err != nil {
 		return fmt.Errorf("run fenced %s: %w", op, err)

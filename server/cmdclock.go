@@ -13,7 +13,7 @@ import (
 // (Keyed by the term, not by the lease table's epoch: a follower stamps the
 // proposals Raft then refuses, and a clock it started would carry into its
 // leadership.)
-// A step of the wall clock during the leadership thus changes nothing:
+// A step of the wall clock during the term thus changes nothing:
 // read afresh for every command, a step forward of more than the window
 // would forget at once the requests whose grant ended (a late retry would
 // then be granted anew, for nobody), and a step back, or the correction
