@@ -166,26 +166,27 @@ func freePort() (string, error) {
 }
 
 // Fencelock is the Target of a fencelock service, through the real client
-// package. All lockers share one client (one pooled HTTP transport), which
-// batches their concurrent calls unless noBatch.
+// package: one client shared by every locker (one HTTP/2 connection per
+// node), or, as FencelockPerWorkerSystem, a client of its own per locker,
+// as separate worker processes would have.
 type Fencelock struct {
-	name  string
-	addrs []string
-	c     *client.Client
-	ttl   time.Duration
+	name      string
+	addrs     []string
+	c         *client.Client
+	ttl       time.Duration
+	perWorker bool
 }
 
-// The fencelock systems: the client as users get it, and with a transport
-// turned off for comparison.
+// The fencelock systems: one client shared by the workers, and a client per
+// worker.
 const (
-	FencelockSystem        = "fencelock"
-	FencelockNoBatchSystem = "fencelock-nobatch" // every call its own Connect request (client.Config.NoBatch)
-	FencelockConnectSystem = "fencelock-connect" // batches as Connect requests, no pipe (client.Config.NoPipe)
+	FencelockSystem          = "fencelock"
+	FencelockPerWorkerSystem = "fencelock-perworker"
 )
 
 // IsFencelock reports whether system is one of the fencelock systems.
 func IsFencelock(system string) bool {
-	return system == FencelockSystem || system == FencelockNoBatchSystem || system == FencelockConnectSystem
+	return system == FencelockSystem || system == FencelockPerWorkerSystem
 }
 
 // NewFencelock returns a Target named system (one of the fencelock
@@ -194,13 +195,11 @@ func IsFencelock(system string) bool {
 func NewFencelock(system, addr string, ttl time.Duration) (*Fencelock, error) {
 	name := system
 	cfg := client.DefaultConfig(strings.Split(addr, ",")...)
-	cfg.NoBatch = system == FencelockNoBatchSystem
-	cfg.NoPipe = system == FencelockConnectSystem
 	c, err := client.NewFromConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Fencelock{name: name, addrs: cfg.Endpoints, c: c, ttl: ttl}, nil
+	return &Fencelock{name: name, addrs: cfg.Endpoints, c: c, ttl: ttl, perWorker: system == FencelockPerWorkerSystem}, nil
 }
 
 // Renewals sums fencelock_renewals_total over the nodes.
@@ -218,17 +217,27 @@ func (f *Fencelock) Name() string { return f.name }
 func (f *Fencelock) Close() error { return f.c.Close() }
 
 func (f *Fencelock) NewLocker(_ context.Context, id int) (Locker, error) {
-	return &fencelockLocker{f: f, holder: fmt.Sprintf("bench-%d", id)}, nil
+	l := &fencelockLocker{f: f, c: f.c, holder: fmt.Sprintf("bench-%d", id)}
+	if f.perWorker {
+		c, err := client.New(f.addrs...)
+		if err != nil {
+			return nil, err
+		}
+		l.c, l.own = c, true
+	}
+	return l, nil
 }
 
 type fencelockLocker struct {
 	f      *Fencelock
+	c      *client.Client
+	own    bool // c is this locker's own
 	holder string
 	l      *client.Lock
 }
 
 func (l *fencelockLocker) Acquire(ctx context.Context, name string) (uint64, error) {
-	lk, err := l.f.c.Acquire(ctx, name, client.WithTTL(l.f.ttl), client.WithHolder(l.holder))
+	lk, err := l.c.Acquire(ctx, name, client.WithTTL(l.f.ttl), client.WithHolder(l.holder))
 	if err != nil {
 		return 0, err
 	}
@@ -242,4 +251,9 @@ func (l *fencelockLocker) Release(ctx context.Context) error {
 	return lk.Release(ctx)
 }
 
-func (l *fencelockLocker) Close() error { return nil }
+func (l *fencelockLocker) Close() error {
+	if l.own {
+		return l.c.Close()
+	}
+	return nil
+}

@@ -7,12 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"connectrpc.com/connect"
-
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
-	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
 
 // Renew extends a grant's lease by its TTL and returns the TTL. Most
@@ -24,13 +20,10 @@ func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, t
 		return 0, fmt.Errorf("renew: %w", err)
 	}
 	var ttl time.Duration
-	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.renew(ctx, &fencelockv1.RenewRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
-		if err != nil {
-			return err
-		}
-		ttl = resp.Ttl.AsDuration()
-		return nil
+	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		var err error
+		ttl, err = ep.node.renew(ctx, &fencelockv1.RenewRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("renew: %w", err)
@@ -54,9 +47,9 @@ func (c *Client) release(ctx context.Context, name string, id fencelock.LeaseID,
 		return fmt.Errorf("release: %w", err)
 	}
 	unknown := false // an earlier attempt may have released it without our hearing
-	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
-		err := ep.release(ctx, &fencelockv1.ReleaseRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
-		if err != nil && (ctx.Err() != nil || errors.Is(wire.FromConnect(err), fencelock.ErrUnavailable)) {
+	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		err := ep.node.release(ctx, &fencelockv1.ReleaseRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
+		if err != nil && (ctx.Err() != nil || errors.Is(err, fencelock.ErrUnavailable)) {
 			unknown = true
 		}
 		return err
@@ -104,12 +97,12 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 		return LockInfo{}, fmt.Errorf("describe: %w", err)
 	}
 	var li LockInfo
-	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
-		resp, err := rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: name}))
+	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		m, err := ep.node.describe(ctx, name)
 		if err != nil {
 			return err
 		}
-		li = lockInfo(resp.Msg.Lock)
+		li = lockInfo(m)
 		return nil
 	})
 	if err != nil {
@@ -130,17 +123,17 @@ func (c *Client) List(ctx context.Context, prefix, pageToken string, pageSize in
 	}
 	var out []LockInfo
 	var next string
-	err := c.call(ctx, func(ctx context.Context, rpc fencelockv1connect.LockServiceClient) error {
-		resp, err := rpc.List(ctx, connect.NewRequest(&fencelockv1.ListRequest{
-			Prefix: prefix, PageToken: pageToken, PageSize: uint32(min(pageSize, 1<<31))}))
+	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.node.list(ctx, &fencelockv1.ListRequest{
+			Prefix: prefix, PageToken: pageToken, PageSize: uint32(min(pageSize, 1<<31))})
 		if err != nil {
 			return err
 		}
 		out = out[:0]
-		for _, m := range resp.Msg.Locks {
+		for _, m := range resp.Locks {
 			out = append(out, lockInfo(m))
 		}
-		next = resp.Msg.NextPageToken
+		next = resp.NextPageToken
 		return nil
 	})
 	if err != nil {

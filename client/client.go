@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"connectrpc.com/connect"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
@@ -28,8 +25,11 @@ type Config struct {
 	// Holder labels this client's grants (shown by Describe); default
 	// hostname/pid.
 	Holder string
-	// HTTPClient carries the calls; default a pooled client sized for many
-	// concurrent locks.
+	// HTTPClient carries the calls; default one HTTP/2 connection per node
+	// (h2c for http:// endpoints) that carries every call, with pings that
+	// find a frozen node within about two seconds. A client of your own
+	// must speak HTTP/2 to http:// endpoints for gRPC-style waits to work
+	// well; HTTP/1.1 works, one connection per call in flight.
 	HTTPClient *http.Client
 	// RetryBackoff is the first pause before retrying a call whose outcome
 	// was unknown; it doubles up to MaxRetryBackoff.
@@ -40,27 +40,19 @@ type Config struct {
 	// queue for longer is still retried when its node goes away.
 	RetryTimeout time.Duration
 	// AttemptTimeout bounds one attempt on one endpoint (plus the queue
-	// wait, for Acquire), so that a node that hangs (paused, partitioned)
-	// costs one attempt, not the whole call.
+	// wait, for Acquire), so that a node that hangs costs one attempt, not
+	// the whole call. A node that froze is found sooner, by the default
+	// transport's pings.
 	AttemptTimeout time.Duration
+	// SilentFor is how long an endpoint that did not answer is skipped,
+	// even when another node names it as the leader (its view may be
+	// stale), unless no other endpoint is left.
+	SilentFor time.Duration
 	// Logger receives the client's logs (lease lost, retries).
 	Logger *slog.Logger
 	// AdminToken is sent with membership changes (AddMember, RemoveMember,
 	// TransferLeader) to a cluster started with an admin token.
 	AdminToken string
-	// NoBatch sends every call as its own request. By default, Acquire,
-	// Renew and Release calls made concurrently through one Client travel
-	// together in Batch requests (see Batch in the API), which multiplies
-	// throughput when many goroutines lock at once and costs a lone caller
-	// nothing.
-	NoBatch bool
-	// NoPipe sends batches as Connect Batch requests. By default, batches
-	// (and Acquire and Release calls sent alone) travel on the pipe, one
-	// upgraded HTTP/1.1 connection per node that carries them as frames,
-	// many at once; it costs a fraction of an HTTP request per call. The
-	// pipe is used only for http:// endpoints; a node that refuses it gets
-	// Connect requests.
-	NoPipe bool
 }
 
 // DefaultConfig returns a configuration for the given endpoints.
@@ -69,10 +61,11 @@ func DefaultConfig(endpoints ...string) Config {
 		Endpoints:       endpoints,
 		Holder:          defaultHolder(),
 		RetryBackoff:    20 * time.Millisecond,
-		MaxRetryBackoff: time.Second,
+		MaxRetryBackoff: 250 * time.Millisecond,
 		RetryTimeout:    30 * time.Second,
 		AttemptTimeout:  5 * time.Second,
-		Logger:          slog.Default(),
+		SilentFor:       2 * time.Second,
+		Logger:          discardLogger,
 	}
 }
 
@@ -95,25 +88,30 @@ func (c Config) Validate() error {
 	if c.RetryTimeout <= 0 {
 		return fmt.Errorf("client config: retry timeout must be positive: %w", fencelock.ErrInvalidArgument)
 	}
+	if c.SilentFor < 0 {
+		return fmt.Errorf("client config: silent-for must not be negative: %w", fencelock.ErrInvalidArgument)
+	}
 	if c.Logger == nil {
 		return fmt.Errorf("client config: nil logger: %w", fencelock.ErrInvalidArgument)
 	}
 	return nil
 }
 
-// Client talks to a fencelock service. It is safe for concurrent use.
+// discardLogger is the default Config.Logger: a library logs nothing
+// unless given a logger.
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// Client talks to a fencelock service. It is safe for concurrent use; share
+// one Client among the goroutines of a process.
 type Client struct {
-	cfg   Config
-	eps   atomic.Pointer[[]*endpoint] // grows when a follower names a leader not listed
-	epMu  sync.Mutex                  // serialises additions to eps
-	hc    *http.Client
-	rt    http.RoundTripper // opens pipes
-	next  atomic.Uint32     // index of the endpoint to try first
-	close func()
-	// heldIDs: request ids of callers that gave up that may still be
-	// taken back (see holdRequestID).
-	heldMu  sync.Mutex
-	heldIDs map[string]*heldID
+	cfg       Config
+	hc        *http.Client
+	dial      func(url string) node       // the transport; tests replace it
+	eps       atomic.Pointer[[]*endpoint] // grows when a follower names a leader not listed
+	epMu      sync.Mutex                  // serialises additions to eps
+	next      atomic.Uint32               // index of the endpoint to try first
+	close     func()
+	takeBacks takeBacks
 }
 
 // New returns a client of the service at endpoints (host:port or URLs),
@@ -127,44 +125,32 @@ func NewFromConfig(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	hc := cfg.HTTPClient
-	closeIdle := func() {}
-	var rt http.RoundTripper = http.DefaultTransport
-	if hc != nil && hc.Transport != nil {
-		rt = hc.Transport
+	c := &Client{cfg: cfg, hc: cfg.HTTPClient, close: func() {}}
+	if c.hc == nil {
+		tr := newTransport()
+		c.hc, c.close = &http.Client{Transport: tr}, tr.(schemes).CloseIdleConnections
 	}
-	if hc == nil {
-		tr := &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        1024,
-			MaxIdleConnsPerHost: 1024,
-			IdleConnTimeout:     90 * time.Second,
-		}
-		hc = &http.Client{Transport: tr}
-		closeIdle = tr.CloseIdleConnections
-		rt = tr
-	}
-	c := &Client{cfg: cfg, close: closeIdle, hc: hc, rt: rt}
+	c.dial = func(url string) node { return newConnectNode(c.hc, url) }
 	var eps []*endpoint
 	for _, e := range cfg.Endpoints {
-		u := strings.TrimRight(strings.TrimSpace(e), "/")
-		if !strings.Contains(u, "://") {
-			u = "http://" + u
-		}
-		eps = append(eps, c.newEndpoint(u))
+		eps = append(eps, c.newEndpoint(endpointURL(e)))
 	}
 	c.eps.Store(&eps)
 	return c, nil
 }
 
-// Close closes the client's connections; calls still out on a pipe fail.
-// Held locks are not released.
-func (c *Client) Close() error {
-	for _, ep := range *c.eps.Load() {
-		if ep.pipe != nil {
-			ep.pipe.close()
-		}
+// endpointURL returns e as a URL without a trailing slash.
+func endpointURL(e string) string {
+	u := strings.TrimRight(strings.TrimSpace(e), "/")
+	if !strings.Contains(u, "://") {
+		u = "http://" + u
 	}
+	return u
+}
+
+// Close closes the client's idle connections. Held locks are not
+// released.
+func (c *Client) Close() error {
 	c.close()
 	return nil
 }
@@ -172,46 +158,20 @@ func (c *Client) Close() error {
 // retryable reports whether a call may be repeated, possibly on another
 // endpoint: the node was not the leader, or the outcome is unknown.
 func retryable(err error) bool {
-	if errors.Is(err, fencelock.ErrNotLeader) || errors.Is(err, fencelock.ErrUnavailable) {
-		return true
-	}
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		return ce.Code() == connect.CodeUnavailable || ce.Code() == connect.CodeUnknown && isNetErr(err)
-	}
-	return isNetErr(err)
+	return errors.Is(err, fencelock.ErrNotLeader) || errors.Is(err, fencelock.ErrUnavailable)
 }
 
-func isNetErr(err error) bool {
-	var ne net.Error
-	var oe *net.OpError
-	return errors.As(err, &ne) || errors.As(err, &oe)
-}
-
-// call runs fn against the endpoints, rotating on retryable errors with
-// backoff and jumping to the leader a follower names, until it succeeds,
-// fails for good, the retry timeout passes, or ctx ends. Calls must be
-// idempotent (Acquire carries a request id for this).
-func (c *Client) call(ctx context.Context, fn func(context.Context, fencelockv1connect.LockServiceClient) error) error {
-	return c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error { return fn(ctx, ep.lock) })
-}
-
-// callAt is call for either service; each attempt may take AttemptTimeout
-// plus extra.
-func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx context.Context, ep *endpoint) error) error {
+// call runs fn against the endpoints until it succeeds, fails for good, the
+// retry timeout passes, or ctx ends: it rotates on retryable errors with
+// backoff, jumps to the leader a follower names, and skips for SilentFor an
+// endpoint that did not answer. Each attempt may take AttemptTimeout plus
+// extra. Calls must be idempotent (Acquire carries a request id for this).
+func (c *Client) call(ctx context.Context, extra time.Duration, fn func(ctx context.Context, ep *endpoint) error) error {
 	backoff := c.cfg.RetryBackoff
-	var giveUp time.Time     // set at the first failure: an attempt may rightly last long (a wait)
-	failed := map[int]bool{} // endpoints that did not answer in this call
+	var giveUp time.Time // set at the first failure: an attempt may rightly last long (a wait)
 	for attempt := 0; ; attempt++ {
-		eps := *c.eps.Load()
-		cur := c.next.Load()
-		i := int(cur) % len(eps)
-		actx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout+extra)
-		err := wire.FromConnect(fn(actx, eps[i]))
-		if err != nil && actx.Err() != nil && ctx.Err() == nil {
-			err = fmt.Errorf("%s did not answer within %v: %w", eps[i].host, c.cfg.AttemptTimeout+extra, fencelock.ErrUnavailable)
-		}
-		cancel()
+		ep, i := c.pick()
+		err := c.attempt(ctx, ep, extra, fn)
 		if err == nil || !retryable(err) {
 			return err
 		}
@@ -223,21 +183,11 @@ func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx co
 		} else if time.Now().After(giveUp) {
 			return fmt.Errorf("gave up after %v of retries: %w", c.cfg.RetryTimeout, err)
 		}
-		c.cfg.Logger.Debug("call failed; retrying", "endpoint", eps[i].host, "attempt", attempt+1, "err", err)
-		var nl *wire.NotLeaderError
-		if errors.As(err, &nl) && nl.Leader != "" {
-			// Follow the redirect, unless that node already failed to answer
-			// in this call: a follower's view of the leader may be stale.
-			if j := c.endpointOf(nl.Leader); j != i && !failed[j] {
-				c.next.Store(uint32(j))
-				continue
-			}
-		} else {
-			failed[i] = true
+		c.cfg.Logger.Debug("call failed; retrying", "endpoint", ep.host, "attempt", attempt+1, "err", err)
+		if c.follow(err, i) {
+			continue
 		}
-		c.next.CompareAndSwap(cur, uint32((i+1)%len(eps)))
-		if attempt%len(eps) == len(eps)-1 {
-			clear(failed) // a full round: give every node another chance
+		if attempt%len(*c.eps.Load()) == len(*c.eps.Load())-1 {
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
@@ -248,27 +198,70 @@ func (c *Client) callAt(ctx context.Context, extra time.Duration, fn func(ctx co
 	}
 }
 
-// endpoint is one node's API, with a client of each service.
+// attempt runs fn once on ep; an endpoint that does not answer in time, or
+// at all, is marked silent.
+func (c *Client) attempt(ctx context.Context, ep *endpoint, extra time.Duration, fn func(context.Context, *endpoint) error) error {
+	limit := c.cfg.AttemptTimeout + extra
+	actx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	err := fn(actx, ep)
+	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%s did not answer within %v: %w", ep.host, limit, fencelock.ErrUnavailable)
+		ep.silence(c.cfg.SilentFor)
+	} else if errors.Is(err, errNoAnswer) {
+		ep.silence(c.cfg.SilentFor)
+	}
+	return err
+}
+
+// follow moves the next attempt on after a failure on endpoint i: to the
+// leader a not_leader answer names, unless that endpoint is silent, or else
+// to the next endpoint. It reports whether it followed a hint.
+func (c *Client) follow(err error, i int) bool {
+	var nl *wire.NotLeaderError
+	if errors.As(err, &nl) && nl.Leader != "" {
+		j := c.endpointOf(nl.Leader)
+		if eps := *c.eps.Load(); j != i && !eps[j].silent() {
+			c.next.Store(uint32(j))
+			return true
+		}
+	}
+	eps := *c.eps.Load()
+	c.next.CompareAndSwap(uint32(i), uint32((i+1)%len(eps)))
+	return false
+}
+
+// pick returns the endpoint to try next and its index: the first one from
+// c.next on that is not silent, or c.next's if all are.
+func (c *Client) pick() (*endpoint, int) {
+	eps := *c.eps.Load()
+	start := int(c.next.Load()) % len(eps)
+	for k := range eps {
+		if i := (start + k) % len(eps); !eps[i].silent() {
+			return eps[i], i
+		}
+	}
+	return eps[start], start
+}
+
+// endpoint is one node's API.
 type endpoint struct {
-	host    string // host:port
-	lock    fencelockv1connect.LockServiceClient
-	cluster fencelockv1connect.ClusterServiceClient
-	batch   *batcher // nil with Config.NoBatch
-	pipe    *pipe    // nil with Config.NoBatch or NoPipe, or for https
+	host        string // host:port
+	node        node
+	cluster     fencelockv1connect.ClusterServiceClient
+	silentUntil atomic.Int64 // unix ns; the node did not answer until then
 }
 
 func (c *Client) newEndpoint(u string) *endpoint {
-	ep := &endpoint{host: u[strings.Index(u, "://")+3:],
-		lock:    fencelockv1connect.NewLockServiceClient(c.hc, u),
+	return &endpoint{host: u[strings.Index(u, "://")+3:], node: c.dial(u),
 		cluster: fencelockv1connect.NewClusterServiceClient(c.hc, u)}
-	if !c.cfg.NoBatch {
-		ep.batch = &batcher{rpc: ep.sendBatch, timeout: c.cfg.AttemptTimeout}
-		if !c.cfg.NoPipe && strings.HasPrefix(u, "http://") {
-			ep.pipe = &pipe{url: u, rt: c.rt, lateWait: c.cfg.AttemptTimeout, stall: min(maxPipeStall, c.cfg.AttemptTimeout)}
-		}
-	}
-	return ep
 }
+
+// silence marks ep as silent for d.
+func (ep *endpoint) silence(d time.Duration) { ep.silentUntil.Store(time.Now().Add(d).UnixNano()) }
+
+// silent reports whether ep did not answer lately.
+func (ep *endpoint) silent() bool { return time.Now().UnixNano() < ep.silentUntil.Load() }
 
 // endpointOf returns the index of the endpoint at host:port addr, adding it
 // when the client does not know it yet.

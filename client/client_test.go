@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
-	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/server"
 )
 
@@ -51,12 +50,9 @@ func startServerWith(tb testing.TB, change func(*server.Config)) string {
 	if err := s.WaitReady(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	hs := httptest.NewServer(s.Handler())
-	tb.Cleanup(func() {
-		hs.Close()
-		s.Close()
-	})
-	return hs.Listener.Addr().String()
+	addr := testproc.ServeH2C(tb, s.Handler())
+	tb.Cleanup(func() { s.Close() }) // first: it ends the waits
+	return addr
 }
 
 func quietClient(tb testing.TB, addr string) *client.Client {
@@ -244,13 +240,11 @@ func TestAcquire_SameRequestIDOnTwoLocksGetsTheRightGrant(t *testing.T) {
 	}
 }
 
-// TestClient_ConcurrentCallsShareBatches: many goroutines locking their own
-// locks through one Client get distinct grants, and their calls reach the
-// service in shared Batch requests.
-func TestClient_ConcurrentCallsShareBatches(t *testing.T) {
+// TestClient_ConcurrentCallsGetDistinctGrants: many goroutines locking
+// their own locks through one Client get distinct grants.
+func TestClient_ConcurrentCallsGetDistinctGrants(t *testing.T) {
 	addr := startServer(t)
-	tr := &countingTransport{n: map[string]int{}}
-	c := countingClient(t, addr, tr)
+	c := quietClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const workers, rounds = 32, 10
@@ -288,38 +282,27 @@ func TestClient_ConcurrentCallsShareBatches(t *testing.T) {
 		}
 		seen[tok] = true
 	}
-	count, sum := batchMetrics(t, addr)
-	// A call that finds nothing else out goes unary (at the start and the
-	// end); every other call is batched.
-	unary := tr.count("Acquire") + tr.count("Release")
-	if count == 0 || int(sum)+unary != 2*workers*rounds || unary > 2*workers*rounds/10 {
-		t.Fatalf("batches: %v carrying %v calls, and %d unary calls; want all %d calls batched but a few lone ones", count, sum, unary, 2*workers*rounds)
-	}
-	if sum <= count {
-		t.Fatalf("%v batches carried %v calls: no two concurrent calls shared a batch", count, sum)
-	}
-	t.Logf("%d calls in %v batches", 2*workers*rounds, count)
 }
 
-// slowBatches delays every Batch request, so a caller can give up while
-// its batch is out.
-type slowBatches struct {
+// slowAcquires delays every Acquire request on its way to the node, so a
+// caller can give up while it is out.
+type slowAcquires struct {
 	delay time.Duration
 	sent  atomic.Int32
+	next  http.RoundTripper
 }
 
-func (s *slowBatches) RoundTrip(r *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(r.URL.Path, "/Batch") {
+func (s *slowAcquires) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/Acquire") {
 		s.sent.Add(1)
 		time.Sleep(s.delay)
 	}
-	return http.DefaultTransport.RoundTrip(r)
+	return s.next.RoundTrip(r)
 }
 
 // TestClient_CallerThatGivesUpLeavesNothingBehind: a caller whose context
-// ends while its batched acquire is out leaves no waiter in the queue and
-// no grant held for nobody: once the batch answers "queued", the client
-// takes the request back.
+// ends while its acquire is still on its way leaves no waiter in the queue
+// and no grant held for nobody.
 func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
 	addr := startServer(t)
 	holderC := quietClient(t, addr)
@@ -331,22 +314,20 @@ func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
 	}
 	cfg := client.DefaultConfig(addr)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	slowTr := &slowBatches{delay: 300 * time.Millisecond}
+	slowTr := &slowAcquires{delay: 300 * time.Millisecond, next: testproc.H2CTransport()}
 	cfg.HTTPClient = &http.Client{Transport: slowTr}
-	cfg.NoPipe = true // batches as HTTP requests, which slowTr delays
 	slow, err := client.NewFromConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	keepBusy(t, ctx, addr, slow) // so the next Acquire goes in a (slow) batch
 	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancelShort()
 	if _, err := slow.Acquire(short, "given-up"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("acquire that gave up = %v, want context.DeadlineExceeded", err)
 	}
 	if slowTr.sent.Load() == 0 {
-		t.Fatal("the acquire was not batched: this test is about a batch out when its caller gives up")
+		t.Fatal("the acquire was not sent: this test is about a call out when its caller gives up")
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -372,29 +353,6 @@ func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
 	next.Release(ctx)
 }
 
-// countingClient is a client without the pipe, so that tr sees each call
-// (or batch) as a request.
-func countingClient(t *testing.T, addr string, tr http.RoundTripper) *client.Client {
-	t.Helper()
-	return clientThrough(t, addr, tr, true)
-}
-
-// clientThrough is a client whose HTTP requests go through tr, with the
-// pipe off if noPipe.
-func clientThrough(t *testing.T, addr string, tr http.RoundTripper, noPipe bool) *client.Client {
-	t.Helper()
-	cfg := client.DefaultConfig(addr)
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg.HTTPClient = &http.Client{Transport: tr}
-	cfg.NoPipe = noPipe
-	c, err := client.NewFromConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
 // waitForWaiters waits until name has n waiters.
 func waitForWaiters(t *testing.T, ctx context.Context, addr, name string, n int) {
 	t.Helper()
@@ -407,114 +365,6 @@ func waitForWaiters(t *testing.T, ctx context.Context, addr, name string, n int)
 			t.Fatalf("%s never had %d waiters", name, n)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// keepBusy gives c a call that stays out until the test ends (an Acquire
-// waiting for a lock held by another client), so that c's other calls are
-// not alone and go in batches.
-func keepBusy(t *testing.T, ctx context.Context, addr string, c *client.Client) {
-	t.Helper()
-	holder, err := quietClient(t, addr).Acquire(ctx, "busy-elsewhere")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Acquire(wctx, "busy-elsewhere")
-	}()
-	waitForWaiters(t, ctx, addr, "busy-elsewhere", 1)
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		holder.Release(context.Background())
-	})
-}
-
-// TestClient_LoneCallsGoUnary: a caller alone on its client sends plain
-// unary calls: batching would only add a hand-off.
-func TestClient_LoneCallsGoUnary(t *testing.T) {
-	addr := startServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	tr := &countingTransport{n: map[string]int{}}
-	c := countingClient(t, addr, tr)
-	for i := 0; i < 10; i++ {
-		l, err := c.Acquire(ctx, "lone")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if b, a, r := tr.count("Batch"), tr.count("Acquire"), tr.count("Release"); b != 0 || a != 10 || r != 10 {
-		t.Fatalf("%d batches, %d acquires, %d releases; want 0, 10 and 10", b, a, r)
-	}
-}
-
-// countingTransport counts the requests to each RPC path.
-type countingTransport struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	c.mu.Lock()
-	c.n[r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]]++
-	c.mu.Unlock()
-	return http.DefaultTransport.RoundTrip(r)
-}
-
-func (c *countingTransport) count(method string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n[method]
-}
-
-// TestClient_ContendedLockAcquiresUnary: once an Acquire of a lock queued,
-// the next Acquire of it that may wait is one unary call (queue and wait in
-// one request), not a batch that answers "queued" and then the wait.
-func TestClient_ContendedLockAcquiresUnary(t *testing.T) {
-	addr := startServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	holder, err := quietClient(t, addr).Acquire(ctx, "busy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &countingTransport{n: map[string]int{}}
-	c := countingClient(t, addr, tr)
-	keepBusy(t, ctx, addr, c) // one unary Acquire, out until the end
-	// waitOnce queues behind holder, releases holder, and returns the grant.
-	waitOnce := func(holder *client.Lock) *client.Lock {
-		t.Helper()
-		got := make(chan *client.Lock, 1)
-		go func() {
-			l, err := c.Acquire(ctx, "busy")
-			if err != nil {
-				t.Error(err)
-			}
-			got <- l
-		}()
-		waitForWaiters(t, ctx, addr, "busy", 1)
-		if err := holder.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return <-got
-	}
-	first := waitOnce(holder)
-	if b, a := tr.count("Batch"), tr.count("Acquire"); b != 1 || a != 2 {
-		t.Fatalf("first wait: %d batches and %d unary acquires, want 1 and 2 (keepBusy's; queued in a batch, then the wait)", b, a)
-	}
-	second := waitOnce(first) // first's release is a batch too
-	if b, a := tr.count("Batch"), tr.count("Acquire"); b != 2 || a != 3 {
-		t.Fatalf("second wait: %d batches and %d unary acquires in all, want 2 and 3 (the release batched, the wait one unary call)", b, a)
-	}
-	if err := second.Release(ctx); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -546,8 +396,8 @@ func TestClient_WaitLongerThanTheNodeAllows(t *testing.T) {
 	if _, err := quietClient(t, addr).Acquire(ctx, "short-waits", client.WithWait(1200*time.Millisecond)); !errors.Is(err, fencelock.ErrLockHeld) {
 		t.Fatalf("acquire with a 1.2 s wait on a held lock = %v, want ErrLockHeld", err)
 	}
-	// Its calls asked the node to keep its place; once the wait is over,
-	// the client takes the request back before it returns.
+	// Its calls asked the node to keep its place, but not the last: once
+	// the wait is over, the request is out of the queue.
 	li, err := quietClient(t, addr).Describe(ctx, "short-waits")
 	if err != nil {
 		t.Fatal(err)
@@ -595,28 +445,14 @@ func TestAcquire_OwnRequestIDLeaseCountsFromARenewal(t *testing.T) {
 }
 
 // TestAcquire_OneRequestIDOnTwoLocks: the service remembers a request id per
-// lock (log rules 2), so a retry on the first lock still finds its grant
-// after the same id was used on a second one. A request id with a zero byte
-// is refused.
+// lock, so a retry on the first lock still finds its grant after the same
+// id was used on a second one. A request id with a zero byte is refused.
 func TestAcquire_OneRequestIDOnTwoLocks(t *testing.T) {
 	addr := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c := quietClient(t, addr)
 	defer c.Close()
-	for {
-		st, err := c.Status(ctx, addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Rules == fsm.MaxRules && st.MaxRules == fsm.MaxRules {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("a one-node cluster never raised its log rules: %+v", st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	a, err := c.Acquire(ctx, "job-a", client.WithTTL(10*time.Second), client.WithRequestID("job"))
 	if err != nil {
 		t.Fatal(err)

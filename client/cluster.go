@@ -36,11 +36,6 @@ type NodeStatus struct {
 	LastSnapshotIndex uint64        `json:"last_snapshot_index"`
 	LastContact       time.Duration `json:"last_contact"`
 	Members           []Member      `json:"members"`
-	// Rules are the log rules the node applies its log under; MaxRules the
-	// newest it implements (0: a node from before log rules). The leader
-	// raises the rules once every member implements newer ones.
-	Rules    uint64 `json:"rules"`
-	MaxRules uint64 `json:"max_rules"`
 }
 
 // Status asks the node at addr (host:port or URL; it need not be one of the
@@ -57,7 +52,7 @@ func (c *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
 	m := resp.Msg
 	st := NodeStatus{ID: m.Id, State: m.State, Ready: m.Ready, LeaderID: m.LeaderId, LeaderAPI: m.LeaderApi, Term: m.Term,
 		CommitIndex: m.CommitIndex, AppliedIndex: m.AppliedIndex, LastLogIndex: m.LastLogIndex,
-		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration(), Rules: m.Rules, MaxRules: m.MaxRules}
+		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration()}
 	for _, mm := range m.Members {
 		st.Members = append(st.Members, Member{ID: mm.Id, RaftAddr: mm.RaftAddr, APIAddr: mm.ApiAddr, Voter: mm.Voter, Leader: mm.Leader})
 	}
@@ -69,9 +64,9 @@ func (c *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
 // there before it counts it as a voter, and records it so that followers
 // can name it.
 func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) error {
-	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		_, err := ep.cluster.AddMember(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.AddMemberRequest{Id: id, RaftAddr: raftAddr, ApiAddr: apiAddr}), c.cfg.AdminToken))
-		return err
+		return fromWire(err)
 	})
 	if err != nil {
 		return fmt.Errorf("add member %s: %w", id, err)
@@ -83,9 +78,9 @@ func (c *Client) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 // wrapping fencelock.ErrPreconditionFailed, a removal that would leave too
 // few reachable voters for a quorum.
 func (c *Client) RemoveMember(ctx context.Context, id string) error {
-	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		_, err := ep.cluster.RemoveMember(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.RemoveMemberRequest{Id: id}), c.cfg.AdminToken))
-		return err
+		return fromWire(err)
 	})
 	if err != nil {
 		return fmt.Errorf("remove member %s: %w", id, err)
@@ -97,10 +92,10 @@ func (c *Client) RemoveMember(ctx context.Context, id string) error {
 // follower) and returns the new leader's id.
 func (c *Client) TransferLeader(ctx context.Context, id string) (string, error) {
 	var leader string
-	err := c.callAt(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		resp, err := ep.cluster.TransferLeader(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.TransferLeaderRequest{Id: id}), c.cfg.AdminToken))
 		if err != nil {
-			return err
+			return fromWire(err)
 		}
 		leader = resp.Msg.LeaderId
 		return nil

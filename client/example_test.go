@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -30,7 +29,7 @@ func exampleServer() (string, func()) {
 	}
 	_ = s.WaitReady(context.Background())
 	api, _ := net.Listen("tcp", "127.0.0.1:0")
-	go http.Serve(api, s.Handler())
+	go server.HTTPServer(s.Handler()).Serve(api) // HTTP/2 without TLS, as the client speaks
 	return api.Addr().String(), func() { api.Close(); s.Close(); os.RemoveAll(dir) }
 }
 

@@ -1,6 +1,11 @@
 package client
 
-import "time"
+import (
+	"fmt"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
 
 // Default lease parameters.
 const (
@@ -38,19 +43,46 @@ func WithSafetyMargin(d time.Duration) Option { return func(o *acquireOptions) {
 // WithHolder overrides the client's holder label for this grant.
 func WithHolder(h string) Option { return func(o *acquireOptions) { o.holder = h } }
 
-// WithRequestID sets the request id (default random). An Acquire with the
-// id of the lock's current grant gets that grant, one with the id of a
-// waiting request takes its place in the queue, and one with the id of a
-// grant that ended within the last minute fails with ErrNotHolder (a grant
-// the caller took back after giving up is forgotten at once, so asking
-// again gets a new one). A grant found this way may be older than the call
-// (a process that used the id and died), so Acquire renews it before
-// returning, and the Lock's lease counts from that renewal. That is under
-// log rules 3, which a cluster runs once every node implements them
-// (`fencelock status` shows the rules). Under rules 1 and 2 the service
-// remembers every request id for 10 minutes from its grant; after that an
-// Acquire with the id of a grant still held queues behind it (a try-lock
-// gets ErrLockHeld); and under rules 1 it remembers an id for one lock at a
-// time: an id reused on a second lock no longer finds its grant on the
-// first. A request id is UTF-8 of at most 128 bytes with no zero byte.
+// WithRequestID sets the request id (default random). Request ids are per
+// lock. An Acquire with the id of the lock's current grant gets that grant,
+// one with the id of a waiting request takes its place in the queue, and
+// one with the id of a grant that ended within the last minute fails with
+// ErrNotHolder (a grant the caller took back after giving up is forgotten
+// at once, so asking again gets a new one). A grant found this way may be
+// older than the call (a process that used the id and died), so Acquire
+// renews it before returning, and the Lock's lease counts from that
+// renewal. A request id is UTF-8 of at most 128 bytes with no zero byte.
 func WithRequestID(id string) Option { return func(o *acquireOptions) { o.requestID = id } }
+
+// validate checks the options of an Acquire of name, filling the default
+// safety margin. The lock's context ends at (last confirmed renewal + ttl -
+// margin), and the first renewal runs ttl/3 after the grant: a margin of
+// 2/3 of the ttl or more would end every lock before its first renewal.
+func (o *acquireOptions) validate(name string) error {
+	if err := fencelock.LockName(name).Validate(); err != nil {
+		return err
+	}
+	if err := fencelock.ValidateHolder(o.holder); err != nil {
+		return err
+	}
+	if o.requestID != "" {
+		if err := fencelock.ValidateRequestID(o.requestID); err != nil {
+			return err
+		}
+	}
+	if o.ttl <= 0 {
+		return fmt.Errorf("ttl %v: %w", o.ttl, fencelock.ErrInvalidTTL)
+	}
+	if o.margin <= 0 {
+		if o.margin = max(o.ttl/10, 50*time.Millisecond); 3*o.margin >= 2*o.ttl {
+			return fmt.Errorf("ttl %v is too short for the default safety margin %v: %w", o.ttl, o.margin, fencelock.ErrInvalidTTL)
+		}
+	}
+	if 3*o.margin >= 2*o.ttl {
+		return fmt.Errorf("safety margin %v is not below 2/3 of ttl %v (the lease would end before its first renewal): %w", o.margin, o.ttl, fencelock.ErrInvalidArgument)
+	}
+	if o.waitSet && o.wait < 0 {
+		return fmt.Errorf("wait %v is negative: %w", o.wait, fencelock.ErrInvalidArgument)
+	}
+	return nil
+}

@@ -4,64 +4,68 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
-	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
 
-// flakyNode is a node whose Acquire answers Unavailable (a leader that
-// stepped down, a connection cut) for its first failures calls, each after
-// a delay (a wait in the queue), and grants after that. It records the
-// CancelWait calls it gets.
+// flakyNode is a fake node (the client's transport seam) whose Acquire
+// answers Unavailable (a leader that stepped down, a connection cut) for
+// its first failures calls, each after a delay (a wait in the queue), and
+// grants after that. It records the CancelWait calls it gets.
 type flakyNode struct {
-	fencelockv1connect.UnimplementedLockServiceHandler
 	delay     time.Duration
 	failures  int  // -1: always fail
 	renewDown bool // Renew answers Unavailable
 
 	mu        sync.Mutex
 	acquires  int
+	reqs      []*fencelockv1.AcquireRequest
 	cancelled []string // request ids
 }
 
-func (n *flakyNode) Acquire(ctx context.Context, r *connect.Request[fencelockv1.AcquireRequest]) (*connect.Response[fencelockv1.AcquireResponse], error) {
+var _ node = (*flakyNode)(nil)
+
+func (n *flakyNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
 	n.mu.Lock()
 	n.acquires++
+	n.reqs = append(n.reqs, r)
 	fail := n.failures < 0 || n.acquires <= n.failures
 	n.mu.Unlock()
 	if fail {
 		time.Sleep(n.delay)
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("leader stepped down"))
+		return nil, fmt.Errorf("leader stepped down: %w", fencelock.ErrUnavailable)
 	}
-	return connect.NewResponse(&fencelockv1.AcquireResponse{Grant: &fencelockv1.Grant{Name: r.Msg.Name, Token: 7,
-		LeaseId: "lease-7", Ttl: durationpb.New(10 * time.Second)}}), nil
+	return &fencelockv1.Grant{Name: r.Name, Token: 7, LeaseId: "lease-7", Ttl: durationpb.New(10 * time.Second)}, nil
 }
 
-func (n *flakyNode) Renew(ctx context.Context, r *connect.Request[fencelockv1.RenewRequest]) (*connect.Response[fencelockv1.RenewResponse], error) {
+func (n *flakyNode) renew(ctx context.Context, r *fencelockv1.RenewRequest) (time.Duration, error) {
 	if n.renewDown {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("no leader"))
+		return 0, fmt.Errorf("no leader: %w", fencelock.ErrUnavailable)
 	}
-	return connect.NewResponse(&fencelockv1.RenewResponse{Ttl: durationpb.New(10 * time.Second)}), nil
+	return 10 * time.Second, nil
 }
 
-func (n *flakyNode) CancelWait(ctx context.Context, r *connect.Request[fencelockv1.CancelWaitRequest]) (*connect.Response[fencelockv1.CancelWaitResponse], error) {
+func (n *flakyNode) cancelWait(ctx context.Context, name, rid string) error {
 	n.mu.Lock()
-	n.cancelled = append(n.cancelled, r.Msg.RequestId)
+	n.cancelled = append(n.cancelled, rid)
 	n.mu.Unlock()
-	return connect.NewResponse(&fencelockv1.CancelWaitResponse{}), nil
+	return nil
 }
 
-func (n *flakyNode) Release(ctx context.Context, r *connect.Request[fencelockv1.ReleaseRequest]) (*connect.Response[fencelockv1.ReleaseResponse], error) {
-	return connect.NewResponse(&fencelockv1.ReleaseResponse{}), nil
+func (n *flakyNode) release(ctx context.Context, r *fencelockv1.ReleaseRequest) error { return nil }
+
+func (n *flakyNode) describe(ctx context.Context, name string) (*fencelockv1.LockInfo, error) {
+	return nil, fencelock.ErrNotFound
+}
+
+func (n *flakyNode) list(ctx context.Context, r *fencelockv1.ListRequest) (*fencelockv1.ListResponse, error) {
+	return &fencelockv1.ListResponse{}, nil
 }
 
 func (n *flakyNode) counts() (acquires int, cancelled []string) {
@@ -70,15 +74,19 @@ func (n *flakyNode) counts() (acquires int, cancelled []string) {
 	return n.acquires, append([]string(nil), n.cancelled...)
 }
 
+// fakeClient is a client whose every endpoint is the fake node n.
+func fakeClient(t *testing.T, n node, change func(*Config)) *Client {
+	t.Helper()
+	c := quietTestClient(t, "fake:1", change)
+	c.dial = func(string) node { return n }
+	eps := []*endpoint{c.newEndpoint("http://fake:1")}
+	c.eps.Store(&eps)
+	return c
+}
+
 func flakyClient(t *testing.T, n *flakyNode) *Client {
 	t.Helper()
-	_, h := fencelockv1connect.NewLockServiceHandler(n)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return quietTestClient(t, srv.URL, func(cfg *Config) {
-		cfg.NoBatch = true // unary calls, which the fake serves
-		cfg.RetryTimeout = 200 * time.Millisecond
-	})
+	return fakeClient(t, n, func(cfg *Config) { cfg.RetryTimeout = 200 * time.Millisecond })
 }
 
 // TestAcquire_RetriesAfterAWaitLongerThanRetryTimeout: RetryTimeout counts
@@ -136,29 +144,27 @@ func TestAcquire_OutOfRetriesTakesTheRequestBack(t *testing.T) {
 // the node) and answers the first Release Unavailable (its outcome
 // unknown to the client), every later one NotHolder.
 type lostNode struct {
-	fencelockv1connect.UnimplementedLockServiceHandler
-	mu       sync.Mutex
+	flakyNode
 	releases int
 }
 
-func (n *lostNode) Acquire(ctx context.Context, r *connect.Request[fencelockv1.AcquireRequest]) (*connect.Response[fencelockv1.AcquireResponse], error) {
-	return connect.NewResponse(&fencelockv1.AcquireResponse{Grant: &fencelockv1.Grant{Name: r.Msg.Name, Token: 9,
-		LeaseId: "lease-9", Ttl: durationpb.New(300 * time.Millisecond)}}), nil
+func (n *lostNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+	return &fencelockv1.Grant{Name: r.Name, Token: 9, LeaseId: "lease-9", Ttl: durationpb.New(300 * time.Millisecond)}, nil
 }
 
-func (n *lostNode) Renew(ctx context.Context, r *connect.Request[fencelockv1.RenewRequest]) (*connect.Response[fencelockv1.RenewResponse], error) {
-	return nil, wire.ToConnect(fmt.Errorf("lease-9 expired: %w", fencelock.ErrNotHolder))
+func (n *lostNode) renew(ctx context.Context, r *fencelockv1.RenewRequest) (time.Duration, error) {
+	return 0, fmt.Errorf("lease-9 expired: %w", fencelock.ErrNotHolder)
 }
 
-func (n *lostNode) Release(ctx context.Context, r *connect.Request[fencelockv1.ReleaseRequest]) (*connect.Response[fencelockv1.ReleaseResponse], error) {
+func (n *lostNode) release(ctx context.Context, r *fencelockv1.ReleaseRequest) error {
 	n.mu.Lock()
 	n.releases++
 	first := n.releases == 1
 	n.mu.Unlock()
 	if first {
-		return nil, connect.NewError(connect.CodeUnavailable, errors.New("connection cut"))
+		return &noAnswerError{err: errors.New("connection cut")}
 	}
-	return nil, wire.ToConnect(fmt.Errorf("lease-9: %w", fencelock.ErrNotHolder))
+	return fmt.Errorf("lease-9: %w", fencelock.ErrNotHolder)
 }
 
 // TestLock_ReleaseOfALostLeaseReportsNotHolder: a Lock whose lease was lost
@@ -166,10 +172,7 @@ func (n *lostNode) Release(ctx context.Context, r *connect.Request[fencelockv1.R
 // release had an unknown outcome (which, for a lease still believed held,
 // is taken to be the release that made the grant go).
 func TestLock_ReleaseOfALostLeaseReportsNotHolder(t *testing.T) {
-	_, h := fencelockv1connect.NewLockServiceHandler(&lostNode{})
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	c := quietTestClient(t, srv.URL, func(cfg *Config) { cfg.NoBatch = true })
+	c := fakeClient(t, &lostNode{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	l, err := c.Acquire(ctx, "lost", WithTTL(300*time.Millisecond))

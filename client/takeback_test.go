@@ -19,7 +19,7 @@ func TestAcquire_RetryWithOwnRequestIDWaitsForTheTakeBack(t *testing.T) {
 	srv := testproc.StartServer(t)
 	newClient := func() *Client {
 		return quietTestClient(t, srv.Addr, func(cfg *Config) {
-			cfg.AttemptTimeout = 300 * time.Millisecond // the mark lasts this + landGrace
+			cfg.AttemptTimeout = 300 * time.Millisecond
 		})
 	}
 	c, other := newClient(), newClient()
@@ -50,9 +50,9 @@ func TestAcquire_RetryWithOwnRequestIDWaitsForTheTakeBack(t *testing.T) {
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
 		t.Fatalf("acquire whose caller gave up = %v, want context.Canceled", err)
 	}
-	c.heldMu.Lock()
-	mark := c.heldIDs["r"]
-	c.heldMu.Unlock()
+	c.takeBacks.mu.Lock()
+	mark := c.takeBacks.m["r"]
+	c.takeBacks.mu.Unlock()
 	if mark == nil {
 		t.Fatal("no mark on the request id of a caller that gave up")
 	}
@@ -86,59 +86,6 @@ func TestAcquire_RetryWithOwnRequestIDWaitsForTheTakeBack(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("release of the retry's grant: %v", err)
-	}
-}
-
-// TestAcquire_WaitDoesNotHoldTheLoneSlot: an Acquire that went alone (on
-// the pipe, from the caller's goroutine) and found the lock held waits
-// without holding the client's one lone slot, so other calls meanwhile
-// still go alone instead of through the batcher's goroutine.
-func TestAcquire_WaitDoesNotHoldTheLoneSlot(t *testing.T) {
-	srv := testproc.StartServer(t)
-	c, other := quietTestClient(t, srv.Addr, nil), quietTestClient(t, srv.Addr, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	holder, err := other.Acquire(ctx, "busy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	go func() {
-		l, err := c.Acquire(ctx, "busy") // not known as contended: goes alone
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		waited <- err
-	}()
-	for {
-		li, err := other.Describe(ctx, "busy")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(li.Waiters) == 1 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	ep := (*c.eps.Load())[0]
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ep.batch.mu.Lock()
-		alone := ep.batch.alone
-		ep.batch.mu.Unlock()
-		if alone == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the waiting Acquire still holds the lone slot 5 s into its wait")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := holder.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-waited; err != nil {
-		t.Fatal(err)
 	}
 }
 

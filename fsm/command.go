@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -20,50 +19,31 @@ const (
 	OpCancelWait               // remove a waiter that gave up, or release what it was granted
 	OpSetMember                // record a node's API address (Name: node id, Holder: address)
 	OpDropMember               // forget a removed node's API address (Name: node id)
-	OpSetRules                 // switch every replica to the rules numbered Token (see Rules)
 )
+
+// formatVersion starts every entry and snapshot, so that a later release can change the format.
+const formatVersion = 1
 
 // Command is one entry of the replicated log. The proposer fills Now with its
 // wall clock in Unix nanoseconds; the FSM never reads the clock itself.
 type Command struct {
-	Op        Op                 `json:"op"`
-	Now       int64              `json:"now"`
-	Name      fencelock.LockName `json:"name"`
-	RequestID string             `json:"rid,omitempty"`
-	Holder    string             `json:"holder,omitempty"`
-	LeaseID   fencelock.LeaseID  `json:"lease,omitempty"`
-	Token     fencelock.Token    `json:"token,omitempty"`
-	TTL       int64              `json:"ttl,omitempty"` // nanoseconds
-	Wait      bool               `json:"wait,omitempty"`
+	Op        Op
+	Now       int64
+	Name      fencelock.LockName
+	RequestID string
+	Holder    string
+	LeaseID   fencelock.LeaseID
+	Token     fencelock.Token
+	TTL       int64 // nanoseconds
+	Wait      bool  // an Acquire that may queue
 }
 
-// commandV1 starts a command in the binary encoding. Entries written as
-// JSON objects start with '{'. This version writes JSON and reads both: a
-// node of the previous release decodes only JSON, so writing binary must
-// wait for a release whose every peer reads it (a rolling upgrade runs old
-// and new nodes in one cluster).
-const commandV1 = 1
-
-// Encode returns the command's log bytes (JSON; see commandV1).
+// Encode returns the command's log bytes: formatVersion, then op, now,
+// name, request id, holder, lease id, token, TTL and wait, as varints and
+// length-prefixed strings.
 func (c Command) Encode() []byte {
-	if b, ok := appendJSON(make([]byte, 0, 160+len(c.Name)+len(c.RequestID)+len(c.Holder)+len(c.LeaseID)), c); ok {
-		return b
-	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		// A Command holds only strings and integers; Marshal cannot fail.
-		panic(fmt.Sprintf("fsm: encode command: %v", err))
-	}
-	return b
-}
-
-// EncodeBinary returns the command in the binary encoding: a version byte,
-// then op, now, name, request id, holder, lease id, token, TTL and wait, as
-// varints and length-prefixed strings. DecodeCommand reads it; Encode does
-// not write it yet (see commandV1).
-func (c Command) EncodeBinary() []byte {
 	b := make([]byte, 0, 32+len(c.Name)+len(c.RequestID)+len(c.Holder)+len(c.LeaseID))
-	b = append(b, commandV1, byte(c.Op))
+	b = append(b, formatVersion, byte(c.Op))
 	b = binary.AppendVarint(b, c.Now)
 	for _, s := range []string{string(c.Name), c.RequestID, c.Holder, string(c.LeaseID)} {
 		b = binary.AppendUvarint(b, uint64(len(s)))
@@ -79,21 +59,13 @@ func (c Command) EncodeBinary() []byte {
 	return b
 }
 
-// DecodeCommand parses log bytes in either encoding (JSON or binary).
+// DecodeCommand parses the bytes Encode wrote. It fails on another format
+// version, on bytes missing or left over, and never panics.
 func DecodeCommand(b []byte) (Command, error) {
 	var c Command
-	if len(b) > 0 && b[0] == '{' {
-		if c, ok := parseJSON(b); ok {
-			return c, nil
-		}
-		if err := json.Unmarshal(b, &c); err != nil {
-			return Command{}, fmt.Errorf("decode command: %w", err)
-		}
-		return c, nil
-	}
 	d := decoder{b: b}
-	if v := d.byte(); v != commandV1 {
-		return Command{}, fmt.Errorf("decode command: unknown encoding version %d", v)
+	if v := d.byte(); d.err == nil && v != formatVersion {
+		return Command{}, fmt.Errorf("decode command: unknown format version %d", v)
 	}
 	c.Op = Op(d.byte())
 	c.Now = d.varint()

@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -13,44 +12,18 @@ import (
 	"github.com/fencelock/fencelock"
 )
 
-// DefaultDedupeWindow is how long request ids and expired lease ids are
-// remembered, measured in command time (Command.Now).
+// DefaultDedupeWindow is how long the lease ids of expired grants are
+// remembered, measured in command time (Command.Now), and the longest a
+// request whose grant ended is (see EndedWindow).
 const DefaultDedupeWindow = 10 * time.Minute
 
-// The rules are the versions of what the FSM answers. A change to an
-// answer (how request ids are remembered, what a cancel may end) must take
-// effect on every replica at the same entry, or replicas would diverge; so
-// a replica applies the rules in force in the log, which an OpSetRules entry
-// raises, and the leader proposes that entry only once every member's build
-// implements the new rules (see the server's raiseRules).
-//
-//   - RulesV1, the rules of a log that never had an OpSetRules entry: a
-//     request id is remembered by itself, whatever its lock; a cancel
-//     forgets the request's record even when it cancels nothing; the
-//     cancel of an unclaimed request (Command.Wait set) may end its grant.
-//   - RulesV2: a request id is remembered per lock (the same id on two
-//     locks is two requests); a cancel that cancels nothing keeps the
-//     record, so that a late retry learns its grant has ended; the cancel
-//     of an unclaimed request takes it out of the queue only, never ending
-//     a grant; and entries may be written in the binary encoding.
-//   - RulesV3: a request that holds its lock or waits in its queue is found
-//     there, however long ago it came, and the dedupe window remembers only
-//     the requests whose grant has ended, for EndedWindow after the end
-//     (or the window, if shorter), no longer every request for the whole
-//     window: the window holds what a minute of grants leaves, not ten.
-const (
-	RulesV1 uint64 = 1
-	RulesV2 uint64 = 2
-	RulesV3 uint64 = 3
-	// MaxRules is the newest rules this build implements.
-	MaxRules = RulesV3
-)
-
-// EndedWindow is how long, under RulesV3, a request whose grant ended is
-// remembered, so that a late retry of it learns that its grant ended
-// instead of being granted anew for nobody. It is well above how long a
-// client retries a call (its RetryTimeout, 30 s, after the first failure)
-// plus how long a node lets a proposal wait (ApplyTimeout, 10 s).
+// EndedWindow is how long a request whose grant ended is remembered (or the
+// dedupe window, if shorter), so that a late retry of it learns that its
+// grant ended instead of being granted anew for nobody. It is well above
+// how long a client retries a call (its RetryTimeout, 30 s, after the first
+// failure) plus how long a node lets a proposal wait (ApplyTimeout, 10 s).
+// A request that holds its lock or waits in its queue is found in the lock
+// table, however long ago it came.
 const EndedWindow = time.Minute
 
 // Holder is the current grant of a lock.
@@ -72,16 +45,26 @@ type Waiter struct {
 	QueuedAt  int64             `json:"at"`
 }
 
-// Lock is one entry of the lock table. A lock with no holder and no waiters
-// has no entry.
+// Lock is one entry of the lock table, as the read methods return it and
+// snapshots hold it: its waiters in FIFO order. A lock with no holder and no
+// waiters has no entry.
 type Lock struct {
 	Name    fencelock.LockName `json:"name"`
 	Holder  *Holder            `json:"holder,omitempty"`
 	Waiters []Waiter           `json:"waiters,omitempty"`
 }
 
-func (l *Lock) clone() Lock {
-	c := Lock{Name: l.Name, Waiters: append([]Waiter(nil), l.Waiters...)}
+// lock is the FSM's own entry of a lock: Lock, with its waiters in a queue
+// indexed by request id.
+type lock struct {
+	Name   fencelock.LockName
+	Holder *Holder
+	queue  queue
+}
+
+// export returns a copy of l as a Lock.
+func (l *lock) export() Lock {
+	c := Lock{Name: l.Name, Waiters: l.queue.waiters()}
 	if l.Holder != nil {
 		h := *l.Holder
 		c.Holder = &h
@@ -102,12 +85,12 @@ type Observer interface {
 	Restored()
 }
 
-// record is one remembered request id or expired lease id, as a snapshot
-// holds it (a window holds them in memory).
+// record is one remembered request whose grant ended, or expired lease id,
+// as a snapshot holds it (a window holds them in memory).
 type record struct {
 	Key   string             `json:"key"`
 	Name  fencelock.LockName `json:"name"`
-	Token fencelock.Token    `json:"token,omitempty"` // 0 while the request waits
+	Token fencelock.Token    `json:"token,omitempty"`
 	Now   int64              `json:"now"`
 }
 
@@ -118,19 +101,19 @@ type FSM struct {
 	obs    Observer
 
 	mu       sync.RWMutex
-	locks    map[fencelock.LockName]*Lock
-	requests *window           // request id -> its lock and token (0 while it waits; under RulesV3 only ended grants)
+	locks    map[fencelock.LockName]*lock
+	requests *window           // requestKey of a request whose grant ended -> its lock and token
 	expired  *window           // lease id of an expired grant -> its lock and token
 	members  map[string]string // node id -> API address
 	applied  uint64
-	lastNow  int64         // the largest Command.Now applied: command time never goes back
-	rules    atomic.Uint64 // the rules in force (RulesV1...); written under mu, read by Rules without it
+	lastNow  int64 // the largest Command.Now applied: command time never goes back
 }
 
 var _ raft.FSM = (*FSM)(nil)
 
-// New returns an empty FSM that remembers request ids for window (0 means
-// DefaultDedupeWindow) and reports to obs (which may be nil).
+// New returns an empty FSM that remembers expired leases for window (0
+// means DefaultDedupeWindow), and requests whose grant ended for window or
+// EndedWindow, whichever is shorter, and reports to obs (which may be nil).
 func New(window time.Duration, obs Observer) *FSM {
 	if window <= 0 {
 		window = DefaultDedupeWindow
@@ -141,11 +124,10 @@ func New(window time.Duration, obs Observer) *FSM {
 }
 
 func (f *FSM) reset() {
-	f.locks = make(map[fencelock.LockName]*Lock)
+	f.locks = make(map[fencelock.LockName]*lock)
 	f.requests = newWindow()
 	f.expired = newWindow()
 	f.members = make(map[string]string)
-	f.rules.Store(RulesV1)
 }
 
 type event struct {
@@ -212,136 +194,34 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 	case OpDropMember:
 		delete(f.members, string(cmd.Name))
 		return Result{}
-	case OpSetRules:
-		if v := uint64(cmd.Token); v > MaxRules {
-			// Only a leader whose every member implements v proposes it:
-			// this replica's build is older than its configuration says.
-			return Result{Err: fmt.Errorf("apply entry %d: rules %d, newer than this build's %d: %w", index, v, MaxRules, fencelock.ErrInvalidArgument)}
-		} else if v > f.rules.Load() {
-			if v >= RulesV2 && f.rules.Load() < RulesV2 {
-				f.forgetAmbiguous()
-			}
-			if v >= RulesV3 && f.rules.Load() < RulesV3 {
-				f.restartEnded(cmd.Now)
-			}
-			f.rules.Store(v) // never lowered
-		}
-		return Result{}
 	default:
 		return Result{Err: fmt.Errorf("apply entry %d: unknown op %d: %w", index, cmd.Op, fencelock.ErrInvalidArgument)}
 	}
 }
 
-// requestKey is request rid's key in the dedupe window under the rules in
-// force: under RulesV2 the lock's name, a zero byte (which no name holds)
-// and the id.
-func (f *FSM) requestKey(name fencelock.LockName, rid string) string {
-	if f.rules.Load() < RulesV2 {
-		return rid
-	}
+// requestKey is request rid's key in the dedupe window: the lock's name, a
+// zero byte (which no name holds) and the id. The same id on two locks is
+// two requests.
+func requestKey(name fencelock.LockName, rid string) string {
 	return string(name) + "\x00" + rid
 }
 
-// findRequest returns request rid's record on lock name: its key and token
-// (0 while it waits). Under RulesV2 it also finds a record written before
-// the switch, under the id alone.
-func (f *FSM) findRequest(name fencelock.LockName, rid string) (key string, token uint64, ok bool) {
-	if rid == "" {
-		return "", 0, false
-	}
-	key = f.requestKey(name, rid)
-	if token, ok = f.requests.lookup(key, string(name)); ok || key == rid {
-		return key, token, ok
-	}
-	token, ok = f.requests.lookup(rid, string(name))
-	return rid, token, ok
-}
-
-// forgetAmbiguous forgets, as the log switches to RulesV2, the records
-// whose key (a request id, under RulesV1) reads as a RulesV2 key of their
-// own lock: an id "A\x00r" on lock A, which releases before RulesV2
-// accepted, would otherwise be taken for request "r" on A. A retry of such a
-// request is a new request.
-func (f *FSM) forgetAmbiguous() {
-	var keys []string
-	f.requests.view().each(func(key, name []byte, _ uint64, _ int64) bool {
-		if len(key) > len(name) && key[len(name)] == 0 && string(key[:len(name)]) == string(name) {
-			keys = append(keys, string(key))
-		}
-		return true
-	})
-	for _, k := range keys {
-		f.requests.forget(k)
-	}
-}
-
-// restartEnded records anew at now, as the log switches to RulesV3, the
-// requests whose grant has ended: their records carry the time of the
-// grant, and RulesV3's shorter cut would forget at once those granted more
-// than EndedWindow ago, however recently they ended.
-func (f *FSM) restartEnded(now int64) {
-	type rec struct {
-		key, name string
-		token     uint64
-	}
-	var ended []rec
-	f.requests.view().each(func(key, name []byte, token uint64, _ int64) bool {
-		if token == 0 {
-			return true
-		}
-		if l := f.locks[fencelock.LockName(name)]; l != nil && l.Holder != nil && uint64(l.Holder.Token) == token {
-			return true // still held: the lock table has it
-		}
-		ended = append(ended, rec{string(key), string(name), token})
-		return true
-	})
-	for _, r := range ended {
-		f.requests.put(r.key, r.name, r.token, now)
-	}
-}
-
-// ridOf returns the request id of a dedupe window key (see requestKey).
-func ridOf(key, name string) string {
-	if len(key) > len(name) && key[len(name)] == 0 && key[:len(name)] == name {
-		return key[len(name)+1:]
-	}
-	return key
-}
-
+// acquire answers a request it has seen with what seen says; otherwise it
+// grants a free lock, queues a waiting request that has an id, or refuses
+// with a LockHeldError.
 func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
-	if f.rules.Load() >= RulesV3 {
-		if res, ok := f.seen(cmd); ok {
-			return res
-		}
-	} else if _, tok, ok := f.findRequest(cmd.Name, cmd.RequestID); ok {
-		l := f.locks[cmd.Name]
-		if tok != 0 {
-			// A retry of a granted request: the same grant, never a second one.
-			if l != nil && l.Holder != nil && l.Holder.Token == fencelock.Token(tok) {
-				h := *l.Holder
-				return Result{Grant: &h}
-			}
-			return Result{Err: fmt.Errorf("acquire %q: request %s was granted token %d, which has ended: %w",
-				cmd.Name, cmd.RequestID, tok, fencelock.ErrNotHolder)}
-		}
-		if l != nil {
-			for _, w := range l.Waiters {
-				if w.RequestID == cmd.RequestID {
-					return Result{Queued: true}
-				}
-			}
-		}
+	if res, ok := f.seen(cmd); ok {
+		return res
 	}
 	l := f.locks[cmd.Name]
 	if l == nil {
-		l = &Lock{Name: cmd.Name}
+		l = &lock{Name: cmd.Name}
 		f.locks[cmd.Name] = l
 	}
 	if l.Holder == nil {
 		h := &Holder{Token: fencelock.Token(index), LeaseID: cmd.LeaseID, Holder: cmd.Holder,
 			TTL: cmd.TTL, RequestID: cmd.RequestID, GrantedAt: cmd.Now}
 		l.Holder = h
-		f.remember(cmd.RequestID, cmd.Name, h.Token, cmd.Now)
 		g := *h
 		*events = append(*events, event{name: cmd.Name, granted: &g})
 		return Result{Grant: &g}
@@ -349,15 +229,14 @@ func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
 	if !cmd.Wait || cmd.RequestID == "" {
 		return Result{Err: &fencelock.LockHeldError{Name: cmd.Name, Holder: l.Holder.Holder, Token: l.Holder.Token}}
 	}
-	l.Waiters = append(l.Waiters, Waiter{RequestID: cmd.RequestID, LeaseID: cmd.LeaseID,
+	l.queue.push(Waiter{RequestID: cmd.RequestID, LeaseID: cmd.LeaseID,
 		Holder: cmd.Holder, TTL: cmd.TTL, QueuedAt: cmd.Now})
-	f.remember(cmd.RequestID, cmd.Name, 0, cmd.Now)
 	return Result{Queued: true}
 }
 
-// seen answers, under RulesV3, an acquire whose request the lock table or
-// the dedupe window knows: the request's own grant, its place in the queue,
-// or that its grant ended.
+// seen answers an acquire whose request the lock table or the dedupe window
+// knows: the request's own grant, its place in the queue, or that its grant
+// ended.
 func (f *FSM) seen(cmd Command) (Result, bool) {
 	if cmd.RequestID == "" {
 		return Result{}, false
@@ -368,133 +247,88 @@ func (f *FSM) seen(cmd Command) (Result, bool) {
 			h := *l.Holder
 			return Result{Grant: &h}, true
 		}
-		for _, w := range l.Waiters {
-			if w.RequestID == cmd.RequestID {
-				return Result{Queued: true}, true
-			}
+		if l.queue.has(cmd.RequestID) {
+			return Result{Queued: true}, true
 		}
 	}
-	if _, tok, ok := f.findRequest(cmd.Name, cmd.RequestID); ok && tok != 0 {
+	if tok, ok := f.requests.lookup(requestKey(cmd.Name, cmd.RequestID), string(cmd.Name)); ok {
 		return Result{Err: fmt.Errorf("acquire %q: request %s was granted token %d, which has ended: %w",
 			cmd.Name, cmd.RequestID, tok, fencelock.ErrNotHolder)}, true
 	}
 	return Result{}, false
 }
 
+// cancelWait takes request cmd.RequestID out of the queue of cmd.Name. If
+// it is not queued, it ends a grant that request holds: it was granted
+// after its waiter gave up. Either way the request is forgotten: asking again with its id is a new request. A cancel
+// that finds nothing to cancel fails with ErrNotFound and keeps the record
+// of an ended grant, so that a late retry learns its grant ended.
 func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 	l := f.locks[cmd.Name]
 	if l == nil || cmd.RequestID == "" {
 		return Result{Err: fmt.Errorf("cancel wait on %q: %w", cmd.Name, fencelock.ErrNotFound)}
 	}
-	forget := func() {
-		// Looked up now: under RulesV3 the end of a grant records it.
-		if key, _, ok := f.findRequest(cmd.Name, cmd.RequestID); ok {
-			f.requests.forget(key)
-		}
-	}
-	if f.rules.Load() < RulesV2 {
-		forget() // whatever follows
-	}
-	for i, w := range l.Waiters {
-		if w.RequestID == cmd.RequestID {
-			l.Waiters = append(l.Waiters[:i], l.Waiters[i+1:]...)
-			f.dropIfIdle(l)
-			forget()
-			return Result{}
-		}
-	}
-	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID && (!cmd.Wait || f.rules.Load() < RulesV2) {
-		// Granted after the waiter gave up: nobody will use this grant.
-		f.end(index, cmd.Now, l, false, events)
-		forget()
+	if l.queue.remove(cmd.RequestID) {
+		f.dropIfIdle(l)
+		f.forgetRequest(cmd.Name, cmd.RequestID)
 		return Result{}
 	}
-	// Under RulesV2 the record stays: a late retry of a request whose
-	// grant ended learns so, instead of being granted anew for nobody.
+	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID {
+		// Granted after the waiter gave up: nobody will use this grant.
+		f.end(index, cmd.Now, l, false, events)
+		f.forgetRequest(cmd.Name, cmd.RequestID) // the record the end wrote
+		return Result{}
+	}
 	return Result{Err: fmt.Errorf("cancel wait on %q: request %s: %w", cmd.Name, cmd.RequestID, fencelock.ErrNotFound)}
 }
 
+// forgetRequest forgets the record of request rid on lock name, if any.
+func (f *FSM) forgetRequest(name fencelock.LockName, rid string) {
+	key := requestKey(name, rid)
+	if _, ok := f.requests.lookup(key, string(name)); ok {
+		f.requests.forget(key)
+	}
+}
+
 // end ends l's current grant and grants the next waiter, in this entry.
-func (f *FSM) end(index uint64, now int64, l *Lock, expired bool, events *[]event) {
+func (f *FSM) end(index uint64, now int64, l *lock, expired bool, events *[]event) {
 	old := l.Holder
 	l.Holder = nil
 	*events = append(*events, event{name: l.Name, ended: old.Token})
-	if old.RequestID != "" && f.rules.Load() >= RulesV3 {
+	if old.RequestID != "" {
 		// Remembered from its end on (see EndedWindow).
-		f.putRequest(old.RequestID, l.Name, old.Token, now)
+		f.requests.put(requestKey(l.Name, old.RequestID), string(l.Name), uint64(old.Token), now)
 	}
 	if expired {
 		f.expired.put(string(old.LeaseID), string(l.Name), uint64(old.Token), now)
 	}
-	if len(l.Waiters) > 0 {
-		w := l.Waiters[0]
-		l.Waiters = l.Waiters[1:]
+	if w, ok := l.queue.pop(); ok {
 		h := &Holder{Token: fencelock.Token(index), LeaseID: w.LeaseID, Holder: w.Holder,
 			TTL: w.TTL, RequestID: w.RequestID, GrantedAt: now}
 		l.Holder = h
-		// A fresh record: the retry window of a grant starts at the grant.
-		f.remember(w.RequestID, l.Name, h.Token, now)
 		g := *h
 		*events = append(*events, event{name: l.Name, granted: &g})
 	}
 	f.dropIfIdle(l)
 }
 
-func (f *FSM) dropIfIdle(l *Lock) {
-	if l.Holder == nil && len(l.Waiters) == 0 {
+func (f *FSM) dropIfIdle(l *lock) {
+	if l.Holder == nil && l.queue.len() == 0 {
 		delete(f.locks, l.Name)
 	}
 }
 
-func (f *FSM) remember(rid string, name fencelock.LockName, tok fencelock.Token, now int64) {
-	if rid == "" || f.rules.Load() >= RulesV3 {
-		return // under RulesV3 the lock table has it; end records it
-	}
-	f.putRequest(rid, name, tok, now)
-}
-
-// putRequest records request rid on lock name under the rules in force.
-func (f *FSM) putRequest(rid string, name fencelock.LockName, tok fencelock.Token, now int64) {
-	key := f.requestKey(name, rid)
-	if key != rid {
-		// A record of this request from before RulesV2 gives way.
-		if _, ok := f.requests.lookup(rid, string(name)); ok {
-			f.requests.forget(rid)
-		}
-	}
-	f.requests.put(key, string(name), uint64(tok), now)
-}
-
-// prune forgets request ids and expired leases older than the window.
+// prune forgets the requests whose grant ended more than EndedWindow (or
+// the window) ago, and the expired leases older than the window.
 func (f *FSM) prune(now int64) {
-	cut := now - f.window
-	if f.rules.Load() >= RulesV3 {
-		// Only ended grants; the lock table holds the rest.
-		f.requests.prune(now-min(f.window, int64(EndedWindow)), now, nil)
-		f.expired.prune(cut, now, nil)
-		return
-	}
-	f.requests.prune(cut, now, func(key, name string, token uint64) bool {
-		// Still waiting: its retries must keep finding it.
-		rid := key
-		if f.rules.Load() >= RulesV2 {
-			rid = ridOf(key, name)
-		}
-		return token == 0 && f.queued(fencelock.LockName(name), rid)
-	})
-	f.expired.prune(cut, now, nil)
+	f.requests.prune(now - min(f.window, int64(EndedWindow)))
+	f.expired.prune(now - f.window)
 }
 
 // queued reports whether request rid waits in name's queue.
 func (f *FSM) queued(name fencelock.LockName, rid string) bool {
-	if l := f.locks[name]; l != nil {
-		for _, w := range l.Waiters {
-			if w.RequestID == rid {
-				return true
-			}
-		}
-	}
-	return false
+	l := f.locks[name]
+	return l != nil && l.queue.has(rid)
 }
 
 // QueuedRequest is one request waiting in a lock's queue.
@@ -509,8 +343,10 @@ func (f *FSM) QueuedRequests() []QueuedRequest {
 	defer f.mu.RUnlock()
 	var out []QueuedRequest
 	for n, l := range f.locks {
-		for _, w := range l.Waiters {
-			out = append(out, QueuedRequest{Name: n, RequestID: w.RequestID})
+		for _, s := range l.queue.slots {
+			if !s.gap {
+				out = append(out, QueuedRequest{Name: n, RequestID: s.w.RequestID})
+			}
 		}
 	}
 	return out
@@ -520,7 +356,7 @@ func (f *FSM) QueuedRequests() []QueuedRequest {
 func (f *FSM) Queued(name fencelock.LockName, rid string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return rid != "" && f.queued(name, rid)
+	return f.queued(name, rid)
 }
 
 // HeldByOther reports whether name is held by a grant of a request other
@@ -540,7 +376,7 @@ func (f *FSM) Get(name fencelock.LockName) (Lock, bool) {
 	if l == nil {
 		return Lock{}, false
 	}
-	return l.clone(), true
+	return l.export(), true
 }
 
 // Expired reports whether the lease id's grant ended by expiry within the
@@ -570,7 +406,7 @@ func (f *FSM) List(prefix, after string, limit int) ([]Lock, bool) {
 	}
 	out := make([]Lock, len(names))
 	for i, n := range names {
-		out[i] = f.locks[fencelock.LockName(n)].clone()
+		out[i] = f.locks[fencelock.LockName(n)].export()
 	}
 	return out, more
 }
@@ -606,9 +442,6 @@ func (f *FSM) MemberAPIs() map[string]string {
 	}
 	return out
 }
-
-// Rules returns the rules in force (RulesV1...).
-func (f *FSM) Rules() uint64 { return f.rules.Load() }
 
 // LastNow returns the command time (Command.Now, in Unix nanoseconds) of
 // the last entry applied: command time never goes back.

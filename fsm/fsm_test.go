@@ -180,11 +180,16 @@ func TestFSM_RequestIDDedupe(t *testing.T) {
 	if len(l.Waiters) != 1 {
 		t.Errorf("queue has %d waiters after a retried wait, want 1", len(l.Waiters))
 	}
-	// After the window, the id is forgotten.
-	h.now += int64(2 * time.Minute)
+	// Its grant ended: remembered for EndedWindow from the end, then
+	// forgotten.
 	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
-	if _, _, ok := h.f.requests.find("r1"); ok {
-		t.Error("request id r1 is still remembered after the dedupe window")
+	if _, ok := h.f.requests.lookup(requestKey("a", "r1"), "a"); !ok {
+		t.Fatal("request r1 is not remembered right after its grant ended")
+	}
+	h.now += int64(2 * EndedWindow)
+	h.apply(acq("b", "x", "Lx", false)) // prunes
+	if _, ok := h.f.requests.lookup(requestKey("a", "r1"), "a"); ok {
+		t.Error("request r1 is still remembered after EndedWindow")
 	}
 }
 
@@ -267,7 +272,7 @@ func TestFSM_SnapshotRestoreReplaces(t *testing.T) {
 
 func TestFSM_BadEntryIsRefusedNotPanicking(t *testing.T) {
 	f := New(0, nil)
-	for _, data := range [][]byte{nil, []byte("{"), []byte(`{"op":99}`)} {
+	for _, data := range [][]byte{nil, []byte("{"), Command{Op: 99}.Encode()} {
 		r := f.Apply(&raft.Log{Index: 1, Data: data}).(Result)
 		if !errors.Is(r.Err, fencelock.ErrInvalidArgument) {
 			t.Errorf("apply %q: got %v, want ErrInvalidArgument", data, r.Err)
@@ -282,46 +287,32 @@ func (s *sink) Cancel() error { return nil }
 func (s *sink) Close() error  { return nil }
 
 func TestFSM_QueuedRequestOutlivesTheDedupeWindow(t *testing.T) {
-	for _, v := range []uint64{RulesV1, RulesV2} {
-		h := newHarness(t)
-		h.apply(setRules(v))
-		g := h.apply(acq("a", "r1", "L1", false)).Grant
-		h.apply(acq("a", "w1", "Lw1", true))
-		h.now += int64(5 * time.Minute) // window is 1 minute
-		h.apply(acq("other", "x", "Lx", false))
-		if r := h.apply(acq("a", "w1", "Lw1b", true)); !r.Queued {
-			t.Fatalf("rules %d: retry of a request still queued after the window: got %+v, want queued", v, r)
-		}
-		if l, _ := h.f.Get("a"); len(l.Waiters) != 1 {
-			t.Fatalf("rules %d: queue has %d waiters after the retry, want 1 (no second waiter)", v, len(l.Waiters))
-		}
-		h.now += int64(5 * time.Minute)
-		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
-		granted, _ := h.f.Get("a")
-		// The retry window of a grant starts at the grant: a retry right after
-		// it gets the same grant, not a second one.
-		if r := h.apply(acq("a", "w1", "Lw1c", true)); r.Grant == nil || r.Grant.Token != granted.Holder.Token {
-			t.Errorf("rules %d: retry just after the waiter's grant: got %+v, want its grant (token %d)", v, r, granted.Holder.Token)
-		}
+	h := newHarness(t)
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	h.apply(acq("a", "w1", "Lw1", true))
+	h.now += int64(5 * time.Minute) // window is 1 minute
+	h.apply(acq("other", "x", "Lx", false))
+	if r := h.apply(acq("a", "w1", "Lw1b", true)); !r.Queued {
+		t.Fatalf("retry of a request still queued after the window: got %+v, want queued", r)
+	}
+	if l, _ := h.f.Get("a"); len(l.Waiters) != 1 {
+		t.Fatalf("queue has %d waiters after the retry, want 1 (no second waiter)", len(l.Waiters))
+	}
+	h.now += int64(5 * time.Minute)
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	granted, _ := h.f.Get("a")
+	// A retry after the waiter's grant gets the same grant, not a second one.
+	if r := h.apply(acq("a", "w1", "Lw1c", true)); r.Grant == nil || r.Grant.Token != granted.Holder.Token {
+		t.Errorf("retry just after the waiter's grant: got %+v, want its grant (token %d)", r, granted.Holder.Token)
 	}
 }
 
 func TestFSM_CommandTimeNeverGoesBack(t *testing.T) {
-	// A replica restored from a snapshot and one that replays the log must
-	// prune the same request ids, even when a new leader's clock is behind.
+	// A replica restored from a snapshot and one that applied the whole log
+	// must prune the same requests, even when a new leader's clock is
+	// behind: the snapshot keeps the command time.
 	live := newHarness(t)
-	behind := live.now - int64(30*time.Minute)
-	live.apply(acq("a", "", "L1", false))
-	live.apply(acq("a", "w1", "Lw1", true)) // record at T
-	r2 := acq("b", "r2", "L2", false)
-	r2.Now = behind // the next leader's clock is half an hour behind
-	live.apply(r2)
-	cancel := Command{Op: OpCancelWait, Name: "a", RequestID: "w1", Now: behind + 1}
-	live.apply(cancel)
-	requeue := acq("a", "w1", "Lw1", true) // overwrites the record at T
-	requeue.Now = behind + 2
-	live.apply(requeue)
-
+	g := live.apply(acq("a", "r1", "L1", false)).Grant // at T
 	snap, err := live.f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -335,13 +326,26 @@ func TestFSM_CommandTimeNeverGoesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	restored.index = live.index
-	// Command time between "behind" and T, past the window for "behind".
+	both := func(c Command) Result {
+		t.Helper()
+		want := live.apply(c)
+		if got := restored.apply(c); resultString(got) != resultString(want) {
+			t.Fatalf("%+v: the restored replica answered %s, the live one %s", c, resultString(got), resultString(want))
+		}
+		return want
+	}
+	behind := live.now - int64(30*time.Minute) // the next leader's clock
+	both(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token, Now: behind})
+	r2 := acq("b", "r2", "L2", false)
+	r2.Now = behind + 1
+	g2 := both(r2).Grant
+	both(Command{Op: OpRelease, Name: "b", LeaseID: g2.LeaseID, Token: g2.Token, Now: behind + 2})
+	// Past the window for "behind", within it for T.
 	c := acq("c", "r3", "L3", false)
-	c.Now = behind + int64(20*time.Minute)
-	live.apply(c)
-	restored.apply(c)
-	if got, want := keys(restored.f.requests), keys(live.f.requests); !reflect.DeepEqual(got, want) || len(got) == 0 {
-		t.Errorf("request ids differ between replicas: restored %v, live %v", got, want)
+	c.Now = live.f.LastNow() + int64(30*time.Second)
+	both(c)
+	if got, want := keys(restored.f.requests), keys(live.f.requests); !reflect.DeepEqual(got, want) || len(got) != 2 {
+		t.Errorf("request ids differ between replicas: restored %q, live %q; want both ended grants", got, want)
 	}
 }
 
@@ -406,10 +410,9 @@ func windowAt(f *FSM) (reqs, exps []record) {
 
 // Snapshot does not copy the dedupe window; Persist, running while later
 // entries apply, must still write it as it was at Snapshot, whatever those
-// entries forget, replace or add: a waiter granted (its record replaced),
-// a waiter cancelled (forgotten), an expiry (added), and the window
-// passing (everything older forgotten, a request still queued
-// remembered anew).
+// entries forget, replace or add: a grant ended (added), a grant taken back
+// (added and forgotten), an expiry of a lease id that expired before
+// (replaced), and the window passing (everything older forgotten).
 func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
 	h := newHarness(t)
 	// Before Snapshot, the same kinds of change: what left the window then
@@ -419,16 +422,14 @@ func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
 	h.now += int64(2 * time.Minute) // ro and o's expiry forgotten
 	b := h.apply(acq("b", "rb", "Lb", false)).Grant
 	h.apply(acq("b", "wb", "Lwb", true))
-	h.apply(Command{Op: OpRelease, Name: "b", LeaseID: b.LeaseID, Token: b.Token}) // wb granted: its record replaced
-	h.apply(acq("a0", "r0", "L0", false))
-	h.apply(acq("a0", "w0", "Lw0", true))
-	h.apply(Command{Op: OpCancelWait, Name: "a0", RequestID: "w0"}) // w0 forgotten
+	h.apply(Command{Op: OpRelease, Name: "b", LeaseID: b.LeaseID, Token: b.Token}) // rb recorded; wb granted
+	h.apply(acq("t", "rt", "Lt", false))
+	h.apply(Command{Op: OpCancelWait, Name: "t", RequestID: "rt"}) // taken back: recorded and forgotten
 	// The same lease expires twice: the first record replaced.
 	for _, rid := range []string{"rl1", "rl2"} {
 		l := h.apply(acq("l", rid, "Ll", false)).Grant
 		h.apply(Command{Op: OpExpire, Name: "l", Token: l.Token})
 	}
-
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.apply(acq("a", "w1", "Lw1", true))
 	h.apply(acq("a", "w2", "Lw2", true))
@@ -440,18 +441,19 @@ func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantReqs, wantExps := windowAt(h.f)
-	if len(wantReqs) != 10 || len(wantExps) != 2 {
-		t.Fatalf("window at Snapshot: %d requests, %d expired; want 10 (rb, wb, r0, rl1, rl2, r1, w1, w2, w3, re) and 2", len(wantReqs), len(wantExps))
+	if len(wantReqs) != 4 || len(wantExps) != 2 {
+		t.Fatalf("window at Snapshot: %d requests, %d expired; want 4 (rb, rl1, rl2, re) and 2 (Ll, Le)", len(wantReqs), len(wantExps))
 	}
 
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token}) // w1 granted: its record replaced
-	h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w2"})                 // w2 forgotten
-	x := h.apply(acq("x", "rx", "Lx", false)).Grant
-	h.apply(Command{Op: OpExpire, Name: "x", Token: x.Token}) // an expiry added
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token}) // r1 recorded; w1 granted
+	h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w2"})                 // w2 leaves the queue
+	h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w1"})                 // w1 taken back; w3 granted
+	l := h.apply(acq("l", "rl3", "Ll", false)).Grant
+	h.apply(Command{Op: OpExpire, Name: "l", Token: l.Token}) // Ll's record replaced
 	h.now += int64(2 * time.Minute)                           // the window (1 minute) passes:
-	h.apply(acq("y", "ry", "Ly", false))                      // r1, re, w1, rx forgotten; w3, still queued, remembered anew
-	if !h.f.Queued("a", "w3") {
-		t.Fatal("w3 no longer queued")
+	h.apply(acq("y", "ry", "Ly", false))                      // every record forgotten
+	if l, _ := h.f.Get("a"); l.Holder == nil || l.Holder.RequestID != "w3" {
+		t.Fatalf("a is held by %+v, want w3", l.Holder)
 	}
 	if r, _ := windowAt(h.f); reflect.DeepEqual(r, wantReqs) {
 		t.Fatal("the later entries changed nothing in the window: the test checks nothing")
@@ -474,8 +476,8 @@ func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
 }
 
 // Persist writes the dedupe window by hand; the snapshot must still be what
-// encoding/json writes for the state, byte for byte (nodes of earlier
-// releases decode it), also for strings that JSON escapes.
+// encoding/json writes for the state, byte for byte (Restore decodes it with
+// encoding/json), also for strings that JSON escapes.
 func TestFSM_SnapshotIsEncodingJSONsOutput(t *testing.T) {
 	t.Run("empty", func(t *testing.T) {
 		f := New(time.Minute, nil)
@@ -487,8 +489,7 @@ func TestFSM_SnapshotIsEncodingJSONsOutput(t *testing.T) {
 		if err := snap.Persist(&sink{Buffer: &got}); err != nil {
 			t.Fatal(err)
 		}
-		// What the first release's Snapshot wrote for an empty FSM.
-		want := `{"applied":0,"locks":[],"requests":[],"expired":[],"last_now":0}` + "\n"
+		want := `{"version":1,"applied":0,"locks":[],"requests":[],"expired":[],"last_now":0}` + "\n"
 		if got.String() != want {
 			t.Errorf("empty snapshot:\n got %s\nwant %s", got.String(), want)
 		}
@@ -498,16 +499,21 @@ func TestFSM_SnapshotIsEncodingJSONsOutput(t *testing.T) {
 	h.apply(Command{Op: OpSetMember, Name: "n1", Holder: "127.0.0.1:7171"})
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.apply(acq("a", odd, "L"+odd, true))
-	h.apply(acq(odd, "r2", "L2", false))
-	h.apply(Command{Op: OpExpire, Name: "a", Token: g.Token}) // odd granted; L1 expired
+	g2 := h.apply(acq(odd, "r2", "L2", false)).Grant
+	h.apply(acq(odd, "r4", "L4", true))
+	h.apply(Command{Op: OpExpire, Name: "a", Token: g.Token})                                      // r1 recorded, L1 expired; odd granted
+	h.apply(Command{Op: OpRelease, Name: fencelock.LockName(odd), LeaseID: "L2", Token: g2.Token}) // r2 recorded; r4 granted
+	ga, _ := h.f.Get("a")
+	h.apply(Command{Op: OpExpire, Name: "a", Token: ga.Holder.Token}) // odd recorded, L+odd expired
 	h.apply(acq("b", "r3", "L3", false))
+	h.apply(acq("b", odd, "L"+odd+"b", true))
 	snap, err := h.f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	reqs, exps := windowAt(h.f)
-	if len(reqs) != 4 || len(exps) != 1 {
-		t.Fatalf("window: %d requests, %d expired; want 4 and 1", len(reqs), len(exps))
+	if len(reqs) != 3 || len(exps) != 2 {
+		t.Fatalf("window: %d requests, %d expired; want 3 and 2", len(reqs), len(exps))
 	}
 	s := snap.(*snapshot)
 	want := s.st

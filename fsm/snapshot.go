@@ -14,13 +14,13 @@ import (
 
 // state is the snapshot's wire form.
 type state struct {
+	Version  int               `json:"version"` // formatVersion
 	Applied  uint64            `json:"applied"`
 	Locks    []Lock            `json:"locks"`
 	Requests []record          `json:"requests"`
 	Expired  []record          `json:"expired"`
 	Members  map[string]string `json:"members,omitempty"`
 	LastNow  int64             `json:"last_now"`
-	Rules    uint64            `json:"rules,omitempty"` // absent: RulesV1
 }
 
 type snapshot struct {
@@ -31,34 +31,29 @@ type snapshot struct {
 
 // Snapshot captures the whole state. Raft calls it on the goroutine that
 // applies entries, which waits meanwhile, so it copies only the lock table
-// and the members, under the lock. The dedupe window (the request ids of
-// the last minutes: millions on a busy node, whose copy stalled every
-// grant for hundreds of milliseconds) is captured as it stands, in
-// constant time, and read by Persist, which encodes everything on another
-// goroutine while later entries apply.
+// and the members, under the lock. The dedupe window (the requests whose
+// grant ended in the last minute: hundreds of thousands on a busy node) is
+// captured as it stands, in constant time, and read by Persist, which
+// encodes everything on another goroutine while later entries apply.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st := state{Applied: f.applied, LastNow: f.lastNow, Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members))}
-	if f.rules.Load() > RulesV1 {
-		// Left out under RulesV1, which a snapshot without it means: a
-		// node of an earlier release restores it as it always did.
-		st.Rules = f.rules.Load()
-	}
+	st := state{Version: formatVersion, Applied: f.applied, LastNow: f.lastNow,
+		Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members))}
 	for k, v := range f.members {
 		st.Members[k] = v
 	}
 	for _, l := range f.locks {
-		st.Locks = append(st.Locks, l.clone())
+		st.Locks = append(st.Locks, l.export())
 	}
 	return &snapshot{st: st, reqs: f.requests.view(), exps: f.expired.view()}, nil
 }
 
 // Persist encodes the snapshot and writes it to sink: the JSON object that
-// encoding/json writes for state, byte for byte (Restore, also of nodes of
-// earlier releases, decodes it with encoding/json). The dedupe window, most
-// of a busy node's snapshot, is written by hand: through reflection it took
-// seconds of the node's processor for a million request ids.
+// encoding/json writes for state, byte for byte, which Restore decodes with
+// encoding/json. The dedupe window, most of a busy node's snapshot, is
+// written by hand: through reflection it took seconds of the node's
+// processor for a million request ids.
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	w := bufio.NewWriterSize(sink, 256<<10)
 	err := s.encode(w)
@@ -80,7 +75,9 @@ func (s *snapshot) encode(w *bufio.Writer) error {
 		return err
 	}
 	b := make([]byte, 0, 64<<10)
-	b = append(b, `{"applied":`...)
+	b = append(b, `{"version":`...)
+	b = strconv.AppendInt(b, int64(s.st.Version), 10)
+	b = append(b, `,"applied":`...)
 	b = strconv.AppendUint(b, s.st.Applied, 10)
 	b = append(b, `,"locks":`...)
 	b = append(b, locks...)
@@ -118,10 +115,6 @@ func (s *snapshot) encode(w *bufio.Writer) error {
 	}
 	b = append(b, `,"last_now":`...)
 	b = strconv.AppendInt(b, s.st.LastNow, 10)
-	if s.st.Rules != 0 {
-		b = append(b, `,"rules":`...)
-		b = strconv.AppendUint(b, s.st.Rules, 10)
-	}
 	b = append(b, "}\n"...)
 	_, err = w.Write(b)
 	return err
@@ -153,6 +146,18 @@ func appendJSONString(b, s []byte) []byte {
 	return append(b, '"')
 }
 
+// plainJSON reports whether encoding/json writes s as it is: printable
+// ASCII without the quote, the backslash and the HTML characters it escapes.
+func plainJSON(s []byte) bool {
+	for _, c := range s {
+		switch {
+		case c < 0x20, c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
+
 // Release lets go of the views of the windows (old arrays the windows have
 // outgrown stay in memory while a snapshot views them).
 func (s *snapshot) Release() { s.reqs, s.exps = windowView{}, windowView{} }
@@ -164,20 +169,22 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := json.NewDecoder(rc).Decode(&st); err != nil {
 		return fmt.Errorf("decode snapshot: %w", err)
 	}
-	if st.Rules > MaxRules {
-		return fmt.Errorf("restore snapshot: log rules %d, newer than this build's %d", st.Rules, MaxRules)
+	if st.Version != formatVersion {
+		return fmt.Errorf("restore snapshot: format version %d, this build reads %d", st.Version, formatVersion)
 	}
 	f.mu.Lock()
 	f.reset()
 	f.applied = st.Applied
 	f.lastNow = st.LastNow
-	f.rules.Store(max(st.Rules, RulesV1))
 	for k, v := range st.Members {
 		f.members[k] = v
 	}
-	for i := range st.Locks {
-		l := st.Locks[i]
-		f.locks[l.Name] = &l
+	for _, sl := range st.Locks {
+		l := &lock{Name: sl.Name, Holder: sl.Holder}
+		for _, w := range sl.Waiters {
+			l.queue.push(w)
+		}
+		f.locks[l.Name] = l
 	}
 	for _, rec := range st.Requests {
 		f.requests.put(rec.Key, string(rec.Name), uint64(rec.Token), rec.Now)

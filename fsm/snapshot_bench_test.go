@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// BenchmarkFSM_Snapshot measures, for an FSM that remembers 200,000 request
-// ids (a busy node's dedupe window), what Snapshot costs (Raft's apply
+// BenchmarkFSM_Snapshot measures, for an FSM that remembers 200,000 ended
+// grants (a busy node's dedupe window), what Snapshot costs (Raft's apply
 // goroutine waits for it: no entry applies meanwhile; it copies the lock
 // table, not the window) and what Persist costs (it runs beside the
 // applies, and reads and encodes the window).
@@ -18,8 +18,11 @@ func BenchmarkFSM_Snapshot(b *testing.B) {
 	h := &harness{tb: b, f: New(time.Hour, nil), index: 10, now: int64(time.Hour)}
 	const n = 200_000
 	for i := range n {
-		g := h.apply(acq("a", fmt.Sprintf("r%d", i), fmt.Sprintf("L%d", i), false)).Grant
-		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token})
+		// All at one command time: none leaves the window (EndedWindow).
+		c := acq("a", fmt.Sprintf("r%d", i), fmt.Sprintf("L%d", i), false)
+		c.Now = int64(time.Hour)
+		g := h.apply(c).Grant
+		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token, Now: int64(time.Hour)})
 	}
 	if h.f.requests.len() != n {
 		b.Fatalf("%d request ids remembered, want %d", h.f.requests.len(), n)

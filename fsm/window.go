@@ -5,8 +5,9 @@ import (
 	"sync/atomic"
 )
 
-// window remembers keys (request ids, or the lease ids of expired grants)
-// with an outcome, in command-time order, for the dedupe window. A busy node
+// window remembers keys (requests whose grant ended, or the lease ids of
+// expired grants) with an outcome, in command-time order, for the dedupe
+// window. A busy node
 // remembers millions of them; held as one object each (with their strings
 // and the map entries pointing at them) they were a quarter of the node's
 // processor in garbage collection, which traced every one on every cycle.
@@ -41,7 +42,7 @@ type slot struct {
 	at      uint64
 	keyLen  uint32
 	nameLen uint32
-	token   uint64 // 0 while a request waits
+	token   uint64
 	now     int64
 	died    uint64 // the drop count when it left the window, 0 while in it; atomic (snapshots read it)
 }
@@ -131,11 +132,8 @@ func (w *window) taken(h uint64) bool {
 	return ok
 }
 
-// prune forgets the keys recorded before cut, except those keep wants kept:
-// they are recorded anew at now, with no token.
-func (w *window) prune(cut, now int64, keep func(key, name string, token uint64) bool) {
-	type kept struct{ key, name string }
-	var again []kept
+// prune forgets the keys recorded before cut.
+func (w *window) prune(cut int64) {
 	n := 0
 	for n < len(w.slots) && w.slots[n].now < cut {
 		s := &w.slots[n]
@@ -143,11 +141,7 @@ func (w *window) prune(cut, now int64, keep func(key, name string, token uint64)
 		if atomic.LoadUint64(&s.died) == 0 {
 			// No drop mark: a snapshot taken earlier holds this slot in
 			// its part of the slice, which pruning only cuts off ours.
-			key := string(keyOf(w.bytes, w.off, s))
-			w.unindex(key, seq)
-			if name := string(nameOf(w.bytes, w.off, s)); keep != nil && keep(key, name, s.token) {
-				again = append(again, kept{key, name})
-			}
+			w.unindex(string(keyOf(w.bytes, w.off, s)), seq)
 		}
 		n++
 	}
@@ -163,9 +157,6 @@ func (w *window) prune(cut, now int64, keep func(key, name string, token uint64)
 	} else {
 		cutAt := w.slots[0].at
 		w.bytes, w.off = w.bytes[cutAt-w.off:], cutAt
-	}
-	for _, k := range again {
-		w.put(k.key, k.name, 0, now)
 	}
 }
 

@@ -87,20 +87,11 @@ func TestWindow_AgainstAMap(t *testing.T) {
 					}
 				default:
 					cut := now - int64(rng.IntN(60))
-					keep := func(k, _ string, token uint64) bool { return token == 0 && len(k)%2 == 0 }
-					w.prune(cut, now, keep)
-					var again []string
+					w.prune(cut)
 					for _, k := range append([]string(nil), order...) {
-						if o := model[k]; o.now < cut {
+						if model[k].now < cut {
 							remove(k)
-							if keep(k, o.name, o.token) {
-								again = append(again, k)
-								model[k] = outcome{o.name, 0, now}
-							}
 						}
-					}
-					for _, k := range again {
-						order = append(order, k)
 					}
 				}
 				check(step)

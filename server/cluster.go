@@ -107,9 +107,6 @@ type Status struct {
 	LastContact       time.Duration
 	Members           []Member
 	Ready             bool
-	// MaxRules is the newest log rules this node implements, Rules those
-	// its log is applied under (see fsm.RulesV1).
-	MaxRules, Rules uint64
 }
 
 // Status returns this node's view of the cluster. It is served from local
@@ -122,7 +119,6 @@ func (s *Server) Status() (Status, error) {
 		ID: s.cfg.NodeID, State: s.raft.State().String(), LeaderID: string(leaderID),
 		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: u("applied_index"),
 		LastLogIndex: u("last_log_index"), LastSnapshotIndex: u("last_snapshot_index"), Ready: s.Ready(),
-		MaxRules: s.maxRules(), Rules: s.fsm.Rules(),
 	}
 	st.LeaderAPI, _ = s.fsm.MemberAPI(st.LeaderID)
 	if lc := stats["last_contact"]; lc != "" && lc != "never" && lc != "0" {
@@ -176,12 +172,6 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 	}
 	s.membership.Lock()
 	defer s.membership.Unlock()
-	// Every entry proposed so far applied: a raise of the log rules still
-	// on its way (one whose proposal timed out, or one of an earlier
-	// leader) counts below.
-	if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
-		return s.raftErr("add member "+id, err)
-	}
 	members, err := s.members()
 	if err != nil {
 		return err
@@ -201,11 +191,6 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 		}
 		if apiAddr == "" {
 			return fmt.Errorf("add member %s: its API address is required (members add ID RAFT-ADDR API-ADDR): the leader asks the new node's status there before it counts it as a voter: %w", id, fencelock.ErrInvalidArgument)
-		}
-		if rules := s.fsm.Rules(); rules > fsm.RulesV1 && (err != nil || st.MaxRules < rules) {
-			// It would apply the log under other rules than the others.
-			return fmt.Errorf("add member %s: the cluster's log is at rules %d, and the node at API address %q does not answer that it implements them (status: %v, %v): %w",
-				id, rules, apiAddr, st.GetMaxRules(), err, fencelock.ErrPreconditionFailed)
 		}
 		for _, m := range members {
 			if m.ID == id || !m.Voter {
@@ -317,109 +302,6 @@ func (s *Server) statusOf(ctx context.Context, api string) (*fencelockv1.StatusR
 		return nil, err
 	}
 	return resp.Msg, nil
-}
-
-// maxRules is the newest log rules this node implements (Config.MaxRules).
-func (s *Server) maxRules() uint64 {
-	if s.cfg.MaxRules != 0 {
-		return s.cfg.MaxRules
-	}
-	return fsm.MaxRules
-}
-
-// raiseRulesEvery is how often a leader whose cluster could run newer log
-// rules asks its members again what they implement.
-const raiseRulesEvery = 3 * time.Second
-
-// raiseRules raises the cluster's log rules (see fsm.RulesV1) as far as
-// every member implements, and keeps trying while this node leads in
-// epoch and some member lags (a rolling upgrade under way).
-func (s *Server) raiseRules(epoch uint64) {
-	for s.fsm.Rules() < s.maxRules() {
-		if s.leases.currentEpoch() != epoch || s.raft.State() != raft.Leader {
-			return
-		}
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
-		err := s.tryRaiseRules(ctx)
-		cancel()
-		if err != nil {
-			s.log.Debug("log rules not raised yet", "rules", s.fsm.Rules(), "implemented", s.maxRules(), "why", err)
-		}
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-time.After(raiseRulesEvery):
-		}
-	}
-}
-
-// errRulesHeld: some member does not implement newer rules yet.
-var errRulesHeld = errors.New("held back by a member")
-
-// tryRaiseRules asks every member which log rules it implements and, if all
-// implement newer rules than the log's, proposes the newest they share. It
-// asks without holding up membership changes, then proposes under the
-// membership lock only if the members are still those it asked: a node
-// added meanwhile was checked by AddMember against the rules then in force,
-// and one added later is checked against the new ones.
-func (s *Server) tryRaiseRules(ctx context.Context) error {
-	asked, err := s.members()
-	if err != nil {
-		return err
-	}
-	want := s.maxRules()
-	for _, m := range asked {
-		if m.ID == s.cfg.NodeID {
-			continue
-		}
-		st, err := s.statusOf(ctx, m.APIAddr)
-		if err != nil {
-			return fmt.Errorf("member %s does not answer: %w", m.ID, err)
-		}
-		if st.Id != m.ID {
-			return fmt.Errorf("member %s: its API address %s answers as %q", m.ID, m.APIAddr, st.Id)
-		}
-		want = min(want, st.MaxRules)
-	}
-	if cur := s.fsm.Rules(); want <= cur {
-		return fmt.Errorf("rules %d: %w", cur, errRulesHeld)
-	}
-	s.membership.Lock()
-	defer s.membership.Unlock()
-	now, err := s.members()
-	if err != nil {
-		return err
-	}
-	if !sameMembers(asked, now) {
-		return errors.New("the members changed while they were asked; asking again")
-	}
-	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpSetRules, Token: fencelock.Token(want)})
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		return err
-	}
-	s.log.Info("log rules raised: every member implements them", "rules", want, "members", len(now))
-	return nil
-}
-
-// sameMembers reports whether a and b name the same nodes at the same
-// addresses, with the same suffrage.
-func sameMembers(a, b []Member) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	seen := make(map[Member]bool, len(a))
-	for _, m := range a {
-		seen[Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Voter: m.Voter}] = true
-	}
-	for _, m := range b {
-		if !seen[Member{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr, Voter: m.Voter}] {
-			return false
-		}
-	}
-	return true
 }
 
 // TransferLeader hands leadership to member id, or to any up-to-date

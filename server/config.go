@@ -3,11 +3,10 @@ package server
 import (
 	"errors"
 	"fmt"
-	"github.com/fencelock/fencelock"
 	"log/slog"
 	"time"
 
-	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock"
 )
 
 // Config configures a Server. Start from DefaultConfig.
@@ -43,9 +42,9 @@ type Config struct {
 	MinTTL, MaxTTL time.Duration
 	// MaxWait bounds how long an Acquire may wait in a lock's queue.
 	MaxWait time.Duration
-	// DedupeWindow is how long request ids are remembered (under log rules
-	// 3, those of ended grants, for at most fsm.EndedWindow). Every node of
-	// a cluster must have the same.
+	// DedupeWindow is how long the lease ids of expired grants are
+	// remembered, and the longest the requests whose grant ended are (at
+	// most fsm.EndedWindow). Every node of a cluster must have the same.
 	DedupeWindow time.Duration
 
 	// HeartbeatTimeout and ElectionTimeout tune Raft (see raft.Config).
@@ -60,12 +59,6 @@ type Config struct {
 	// ApplyTimeout bounds how long one proposal waits to be committed when
 	// the caller's context has no earlier deadline.
 	ApplyTimeout time.Duration
-	// MaxRules caps the log rules this node reports it implements (0: all
-	// that this build does, fsm.MaxRules). A leader raises the cluster's
-	// rules only to what every member reports, and a raise cannot be undone:
-	// cap it during a rolling upgrade that may have to be rolled back, then
-	// lift the cap.
-	MaxRules uint64
 
 	// Logger receives the server's structured logs.
 	Logger *slog.Logger
@@ -121,9 +114,6 @@ func (c Config) Validate() error {
 	}
 	if len(c.Bootstrap) > 0 && !self {
 		errs = append(errs, fmt.Errorf("bootstrap list does not include this node (%s)", c.NodeID))
-	}
-	if c.MaxRules > fsm.MaxRules {
-		errs = append(errs, fmt.Errorf("max rules %d: this build implements rules 1 to %d", c.MaxRules, fsm.MaxRules))
 	}
 	if c.ApplyTimeout <= 0 {
 		errs = append(errs, errors.New("apply timeout must be positive"))

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -19,8 +20,8 @@ import (
 const maxMessageBytes = wire.MaxRequestBytes
 
 // Handler returns the node's HTTP handler: the Connect API (gRPC, gRPC-Web
-// and JSON), the pipe (the Go client's framed transport for batches), /metrics, /healthz (the process is up) and /readyz (the node is
-// a ready leader). Serve it with HTTP/2 cleartext enabled for gRPC.
+// and JSON), /metrics, /healthz (the process is up) and /readyz (the node is
+// a ready leader). Serve it with HTTPServer, or with HTTP/2 enabled.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Messages are tiny: compressing them costs more CPU than it saves.
@@ -29,7 +30,6 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(path, h)
 	cpath, ch := fencelockv1connect.NewClusterServiceHandler((*clusterAPI)(s), opts)
 	mux.Handle(cpath, ch)
-	mux.HandleFunc(wire.PipePath, s.servePipe)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -42,6 +42,24 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
+}
+
+// MaxStreams bounds the calls one HTTP/2 connection carries at once.
+const MaxStreams = 4096
+
+// HTTPServer returns an http.Server for h (the node's Handler) that speaks
+// HTTP/1.1 and HTTP/2, also without TLS (h2c: gRPC and the Go client), with
+// up to MaxStreams calls at once on one connection. It pings an HTTP/2
+// client that has sent nothing for a while: a connection whose peer froze
+// or vanished is closed, and the waits it carries end (see Acquire). Idle
+// connections close after five minutes.
+func HTTPServer(h http.Handler) *http.Server {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{Handler: h, Protocols: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute,
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: MaxStreams, SendPingTimeout: 10 * time.Second, PingTimeout: 5 * time.Second}}
 }
 
 // api adapts Server to the generated Connect interface.

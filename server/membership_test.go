@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,9 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/netproxy"
-	"github.com/fencelock/fencelock/internal/raftlog"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/server"
 )
@@ -246,145 +242,4 @@ func st0ID(t *testing.T, s *server.Server) string {
 		t.Fatal(err)
 	}
 	return st.ID
-}
-
-// TestRules_RaisedOnceEveryMemberImplementsThem: the leader raises the log
-// rules only when every member implements the new ones (one capped at
-// RulesV1 stands for a node of an earlier release in a rolling upgrade);
-// once raised, a node that does not implement them may not join.
-func TestRules_RaisedOnceEveryMemberImplementsThem(t *testing.T) {
-	const old = 2 // node c
-	nodes, _, leader := startMemberNodes(t, 3, func(i int, cfg *server.Config) {
-		if i == old {
-			cfg.MaxRules = fsm.RulesV1
-		}
-	})
-	rules := func() []uint64 {
-		var out []uint64
-		for _, nd := range nodes {
-			st, _ := nd.s.Status()
-			out = append(out, st.Rules)
-		}
-		return out
-	}
-	if leader == old {
-		// A capped leader never tries to raise: lead from a, which tries
-		// and must hold back for c.
-		if _, err := nodes[old].s.TransferLeader(context.Background(), "a"); err != nil {
-			t.Fatalf("transfer leadership off the capped node: %v", err)
-		}
-	}
-	// The leader asks every few seconds; a raise would show by then.
-	time.Sleep(2*time.Second + 3*time.Second)
-	if nodes[old].s.Ready() {
-		t.Fatal("the capped node leads: the test checks nothing")
-	}
-	for i, r := range rules() {
-		if r != fsm.RulesV1 {
-			t.Fatalf("node %d applies rules %d while node c implements only 1 (leader %d)", i, r, leader)
-		}
-	}
-
-	// c is upgraded: restarted without the cap, on its own data. Under
-	// rules 1 every entry is JSON, which releases before rules 2 read.
-	nodes[old].close()
-	if js, bin := logEncodings(t, nodes[old].cfg.DataDir); js == 0 || bin != 0 {
-		t.Fatalf("c's log under rules 1: %d JSON and %d binary commands; want only JSON", js, bin)
-	}
-	cfg := nodes[old].cfg
-	cfg.MaxRules = 0
-	cfg.Bootstrap = nil
-	nodes[old] = openMemberNode(t, cfg)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		rs := rules()
-		if rs[0] == fsm.MaxRules && rs[1] == fsm.MaxRules && rs[2] == fsm.MaxRules {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("rules on a, b, c: %v; want all %d once every member implements them", rs, fsm.MaxRules)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-
-	// A node behind the log's rules answers, but may not join any more.
-	dcfg := server.DefaultConfig()
-	dcfg.NodeID, dcfg.DataDir, dcfg.Join = "d", t.TempDir(), true
-	dcfg.RaftAddr, dcfg.APIAddr = testproc.FreeAddr(t), testproc.FreeAddr(t)
-	dcfg.MaxRules = fsm.MaxRules - 1
-	dcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	d := openMemberNode(t, dcfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var ld *server.Server
-	for _, nd := range nodes {
-		if nd.s.Ready() {
-			ld = nd.s
-		}
-	}
-	if ld == nil {
-		t.Fatal("no ready leader")
-	}
-	err := ld.AddMember(ctx, "d", dcfg.RaftAddr, dcfg.APIAddr)
-	if !errors.Is(err, fencelock.ErrPreconditionFailed) {
-		t.Fatalf("add a node that implements rules up to %d to a cluster at rules %d: %v, want ErrPreconditionFailed", fsm.MaxRules-1, fsm.MaxRules, err)
-	}
-	// Uncapped, it joins.
-	d.close()
-	dcfg.MaxRules = 0
-	d = openMemberNode(t, dcfg)
-	if err := ld.AddMember(ctx, "d", dcfg.RaftAddr, dcfg.APIAddr); err != nil {
-		t.Fatalf("add a node that implements rules %d: %v", fsm.MaxRules, err)
-	}
-	for {
-		if st, _ := d.s.Status(); st.Rules == fsm.MaxRules && slices.ContainsFunc(st.Members, func(m server.Member) bool {
-			return m.ID == "d" && m.APIAddr != ""
-		}) {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the new member never applied the log up to the raise and its own API address")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// After the raise the leader writes binary entries (d's API address).
-	d.close()
-	if js, bin := logEncodings(t, dcfg.DataDir); bin == 0 {
-		t.Errorf("d's log after the raise: %d JSON and %d binary commands; want binary ones", js, bin)
-	}
-}
-
-// logEncodings counts the command entries in the Raft log of a closed
-// node's data dir by encoding, and fails the test if a JSON one follows a
-// binary one (the leader switches once, at the raise of the rules).
-func logEncodings(t *testing.T, dataDir string) (jsonCmds, binaryCmds int) {
-	t.Helper()
-	l, err := raftlog.Open(filepath.Join(dataDir, "raftlog"), raftlog.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	first, _ := l.FirstIndex()
-	last, _ := l.LastIndex()
-	for i := first; i <= last && first > 0; i++ {
-		var e raft.Log
-		if err := l.GetLog(i, &e); err != nil {
-			t.Fatalf("entry %d: %v", i, err)
-		}
-		if e.Type != raft.LogCommand || len(e.Data) == 0 {
-			continue
-		}
-		if _, err := fsm.DecodeCommand(e.Data); err != nil {
-			t.Fatalf("entry %d does not decode: %v", i, err)
-		}
-		if e.Data[0] == '{' {
-			if binaryCmds > 0 {
-				t.Fatalf("entry %d is JSON after %d binary ones", i, binaryCmds)
-			}
-			jsonCmds++
-		} else {
-			binaryCmds++
-		}
-	}
-	return jsonCmds, binaryCmds
 }

@@ -22,10 +22,9 @@ type metrics struct {
 	// restores counts snapshots restored into the FSM, by source: "local"
 	// (this node's own snapshot, at start) or "leader" (InstallSnapshot).
 	restores *prometheus.CounterVec
-	// batchItems is the number of calls per Batch request.
-	batchItems prometheus.Histogram
-	// pipes is the number of open pipe connections.
-	pipes prometheus.Gauge
+	// takenBack counts requests taken back because no call waited for
+	// them; takeBackRetries, the proposals of it that failed.
+	takenBack, takeBackRetries prometheus.Counter
 	// appendEntries is the number of entries per log append (one sync each).
 	appendEntries prometheus.Histogram
 }
@@ -52,18 +51,17 @@ func newMetrics() *metrics {
 			Help: `Snapshots restored into the state machine since this process started, by source: "local" (its own snapshot, at start) or "leader" (installed from the leader because this node was behind the leader's trailing logs).`},
 			[]string{"source"}),
 	}
-	m.batchItems = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name: "fencelock_batch_items", Help: "Calls carried by one Batch request (the Go client batches concurrent calls).",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 11)})
-	m.pipes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "fencelock_pipes_open", Help: "Open pipe connections (the Go client's framed transport for batches)."})
+	m.takenBack = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencelock_taken_back_total", Help: "Requests taken back (out of the queue, or their grant ended) because no call waited for them any more."})
+	m.takeBackRetries = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencelock_take_back_retries_total", Help: "Proposals taking back a request that failed and were retried."})
 	m.appendEntries = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "fencelock_log_append_entries", Help: "Raft entries written by one append to this node's log; each append is one sync, so the count is the number of syncs.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
 	// Both series exist from the start, so a scrape before any restore reads 0.
 	m.restores.WithLabelValues(restoreLocal)
 	m.restores.WithLabelValues(restoreLeader)
-	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores, m.batchItems, m.pipes, m.appendEntries,
+	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores, m.takenBack, m.takeBackRetries, m.appendEntries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

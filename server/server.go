@@ -22,16 +22,15 @@ import (
 
 // Server is one node of the lock service.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	fsm     *fsm.FSM
-	raft    *raft.Raft
-	store   *raftStore
-	trans   *raft.NetworkTransport
-	leases  *leaseTable
-	waiters *waiters
-	// deferrals holds back the entries of acquires that will only queue.
-	deferrals *deferrals
+	cfg    Config
+	log    *slog.Logger
+	fsm    *fsm.FSM
+	raft   *raft.Raft
+	store  *raftStore
+	trans  *raft.NetworkTransport
+	leases *leaseTable
+	// claims ties waiting requests to the calls that wait for them.
+	claims *claims
 	// leaderCheck shares VerifyLeader rounds among concurrent renewals.
 	leaderCheck *leaderCheck
 	// clock stamps Command.Now.
@@ -62,8 +61,8 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err := createDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, waiters: newWaiters(), metrics: newMetrics(), clock: newCmdClock()}
-	s.deferrals = newDeferrals(s)
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(), clock: newCmdClock()}
+	s.claims = newClaims(s)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.leases = newLeaseTable(s.proposeExpire)
 	s.fsm = fsm.New(cfg.DedupeWindow, (*observer)(s))
@@ -100,21 +99,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.trans = trans
 
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.Logger = raftLog
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = min(cfg.HeartbeatTimeout, rc.LeaderLeaseTimeout)
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	if cfg.TrailingLogs > 0 {
-		rc.TrailingLogs = cfg.TrailingLogs
-	}
-	rc.BatchApplyCh = true
-	notify := make(chan bool, 8)
-	rc.NotifyCh = notify
-
+	rc, notify := raftConfig(cfg, raftLog)
 	existing, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
 		trans.Close()
@@ -122,19 +107,12 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("inspect raft state: %w", err)
 	}
 	if !existing && !cfg.Join {
-		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}}
-		if len(cfg.Bootstrap) > 0 {
-			boot.Servers = nil
-			for _, p := range cfg.Bootstrap {
-				boot.Servers = append(boot.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
-			}
-		}
-		if err := raft.BootstrapCluster(rc, store, store, snaps, trans, boot); err != nil {
+		if err := bootstrap(rc, cfg, store, snaps, trans); err != nil {
 			trans.Close()
 			store.Close()
-			return nil, fmt.Errorf("bootstrap raft: %w", err)
+			return nil, err
 		}
-		s.log.Info("bootstrapped raft group", "node", cfg.NodeID, "voters", len(boot.Servers), "dir", cfg.DataDir)
+		s.log.Info("bootstrapped raft group", "node", cfg.NodeID, "voters", max(1, len(cfg.Bootstrap)), "dir", cfg.DataDir)
 	}
 	r, err := raft.NewRaft(rc, s.fsm, store, store, snaps, trans)
 	if err != nil {
@@ -154,14 +132,50 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// raftConfig is the Raft configuration of a node, and the channel that
+// learns of its leadership changes.
+func raftConfig(cfg Config, raftLog hclog.Logger) (*raft.Config, chan bool) {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = raftLog
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = min(cfg.HeartbeatTimeout, rc.LeaderLeaseTimeout)
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
+	}
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 1024 // the most one append (one sync) carries; hashicorp/raft allows up to 1024
+	notify := make(chan bool, 8)
+	rc.NotifyCh = notify
+	return rc, notify
+}
+
+// bootstrap writes the first configuration of a new Raft group: this node
+// alone, or cfg.Bootstrap.
+func bootstrap(rc *raft.Config, cfg Config, store *raftStore, snaps raft.SnapshotStore, trans raft.Transport) error {
+	boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}}
+	if len(cfg.Bootstrap) > 0 {
+		boot.Servers = nil
+		for _, p := range cfg.Bootstrap {
+			boot.Servers = append(boot.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
+		}
+	}
+	if err := raft.BootstrapCluster(rc, store, store, snaps, trans, boot); err != nil {
+		return fmt.Errorf("bootstrap raft: %w", err)
+	}
+	return nil
+}
+
 // Close stops the node: timers, waiters and Raft. It is safe to call twice.
 func (s *Server) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		s.cancel()
 		s.leases.deactivate()
-		s.waiters.failAll() // waiting acquires go to the next leader now
-		s.deferrals.flush() // held-back entries end as any entry in flight does
+		s.claims.failAll() // waiting acquires go to the next leader now
 		err = s.raft.Shutdown().Error()
 		s.wg.Wait()
 		err = errors.Join(err, s.trans.Close(), s.store.Close())
@@ -198,7 +212,7 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 		case leader := <-notify:
 			if !leader {
 				s.leases.deactivate()
-				s.waiters.failAll()
+				s.claims.failAll()
 				s.log.Warn("lost leadership: lease timers stopped, waiting acquires sent to the new leader")
 				continue
 			}
@@ -235,94 +249,44 @@ func (s *Server) becomeReady(epoch uint64) {
 	if !ok {
 		return
 	}
-	// Queued requests get a claim window, as on the leader that queued
-	// them: one whose client died meanwhile would otherwise be granted to
-	// nobody. A client still there comes to wait for its request within
-	// the window (its call to the old leader ended with not_leader).
+	// Queued requests get a grace: one whose client died meanwhile would
+	// otherwise be granted to nobody. A client still there comes to wait
+	// for its request within it (its call to the old leader ended with
+	// not_leader).
 	queued := s.fsm.QueuedRequests()
 	for _, q := range queued {
-		s.expectClaim(q.Name, q.RequestID)
+		s.claims.orphan(q.Name, q.RequestID, leaderGrace)
 	}
 	s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "queued", len(queued), "term", s.raft.Stats()["term"])
 	s.recordAPIAddr()
-	s.raiseRules(epoch)
 }
 
-// Apply proposes cmd through Raft and waits until it is applied or ctx ends.
-// It stamps cmd.Now with the command clock (cmdClock). Errors: ErrNotLeader when this
-// node is not the leader; ErrUnavailable when the outcome is unknown
+// Apply proposes cmd through Raft and waits until it is applied or ctx ends
+// (at most ApplyTimeout if ctx has no deadline). Errors: ErrNotLeader when
+// this node is not the leader; ErrUnavailable when the outcome is unknown
 // (leadership lost, timeout, shutdown, ctx ended after the proposal).
 func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
-	p := s.propose(cmd)
-	if p.later != nil && ctx.Done() != nil {
-		select {
-		case p.f = <-p.later:
-		case <-ctx.Done():
-			if s.deferrals.withdraw(p.later) {
-				// Never proposed: nothing happened.
-				return fsm.Result{}, fmt.Errorf("apply %s: %w", opName(cmd.Op), ctx.Err())
-			}
-			p.f = <-p.later // being proposed just now
-		}
-	}
-	if ctx.Done() == nil {
-		// Nothing else to wait for: no goroutine. (Batch items: the batch
-		// as a whole is bounded by ApplyTimeout.)
-		return s.await(p)
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ApplyTimeout)
 		defer cancel()
 	}
+	start := time.Now()
+	f := s.proposeBy(cmd, s.cfg.ApplyTimeout)
 	done := make(chan error, 1)
-	go func() { done <- p.f.Error() }() // set above, also for a held-back entry
+	go func() { done <- f.Error() }()
 	select {
 	case err := <-done:
-		return s.outcome(p, err)
+		return s.outcome(cmd.Op, f, err, start)
 	case <-ctx.Done():
 		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(cmd.Op), fencelock.ErrUnavailable, ctx.Err())
 	}
 }
 
-// proposal is a command handed to Raft; await reads its outcome. A Batch
-// proposes all its entries before it awaits any, so they share appends and
-// syncs without a goroutine each.
-type proposal struct {
-	op fsm.Op
-	f  raft.ApplyFuture
-	// later, for an entry held back (deferrals), gets f once it is proposed.
-	later <-chan raft.ApplyFuture
-	start time.Time
-}
-
-// none reports whether p is the zero proposal (nothing was proposed).
-func (p *proposal) none() bool { return p.f == nil && p.later == nil }
-
-// future is p's Raft future, once p has been handed to Raft.
-func (p *proposal) future() raft.ApplyFuture {
-	if p.f == nil {
-		p.f = <-p.later
-	}
-	return p.f
-}
-
-// propose hands cmd to Raft without waiting for it: at once, after any
-// entries held back; or, for an acquire that will only queue, with the next
-// entry (deferrals).
-func (s *Server) propose(cmd fsm.Command) proposal {
-	return s.proposeWithin(cmd, s.cfg.ApplyTimeout)
-}
-
-// proposeWithin is propose waiting at most enqueue for room in Raft's
-// queue.
-func (s *Server) proposeWithin(cmd fsm.Command, enqueue time.Duration) proposal {
-	start := time.Now()
-	if cmd.Op == fsm.OpAcquire && cmd.Wait && s.Ready() && s.fsm.HeldByOther(cmd.Name, cmd.RequestID) {
-		return proposal{op: cmd.Op, later: s.deferrals.hold(cmd), start: start}
-	}
-	s.deferrals.flush()
-	return proposal{op: cmd.Op, f: s.proposeBy(cmd, enqueue), start: start}
+// applyKnown is Apply for a caller that must learn the outcome: it waits
+// for the entry whatever the caller's context does, up to ApplyTimeout.
+func (s *Server) applyKnown(cmd fsm.Command) (fsm.Result, error) {
+	return s.Apply(s.ctx, cmd)
 }
 
 // proposeBy stamps cmd.Now (cmdClock) and hands cmd to Raft, waiting at most enqueue
@@ -331,33 +295,22 @@ func (s *Server) proposeWithin(cmd fsm.Command, enqueue time.Duration) proposal 
 // piling up.
 func (s *Server) proposeBy(cmd fsm.Command, enqueue time.Duration) raft.ApplyFuture {
 	cmd.Now = s.clock.now(s.raft.CurrentTerm(), s.fsm.LastNow)
-	if s.fsm.Rules() >= fsm.RulesV2 {
-		// Every member reads it (they all implement RulesV2).
-		return s.raft.Apply(cmd.EncodeBinary(), enqueue)
-	}
 	return s.raft.Apply(cmd.Encode(), enqueue)
 }
 
-// await waits until p's entry is applied, or Raft gives up on it (lost
-// leadership, shutdown); Apply's errors.
-func (s *Server) await(p proposal) (fsm.Result, error) {
-	err := p.future().Error()
-	return s.outcome(p, err)
-}
-
-func (s *Server) outcome(p proposal, err error) (fsm.Result, error) {
-	s.metrics.applySeconds.Observe(time.Since(p.start).Seconds())
+func (s *Server) outcome(op fsm.Op, f raft.ApplyFuture, err error, start time.Time) (fsm.Result, error) {
+	s.metrics.applySeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		switch {
 		case errors.Is(err, raft.ErrNotLeader):
-			return fsm.Result{}, fmt.Errorf("apply %s: %w", opName(p.op), s.notLeader())
+			return fsm.Result{}, fmt.Errorf("apply %s: %w", opName(op), s.notLeader())
 		default:
-			return fsm.Result{}, fmt.Errorf("apply %s: %v: %w", opName(p.op), err, fencelock.ErrUnavailable)
+			return fsm.Result{}, fmt.Errorf("apply %s: %v: %w", opName(op), err, fencelock.ErrUnavailable)
 		}
 	}
-	res, ok := p.f.Response().(fsm.Result)
+	res, ok := f.Response().(fsm.Result)
 	if !ok {
-		return fsm.Result{}, fmt.Errorf("apply %s: unexpected response %T: %w", opName(p.op), p.f.Response(), fencelock.ErrUnavailable)
+		return fsm.Result{}, fmt.Errorf("apply %s: unexpected response %T: %w", opName(op), f.Response(), fencelock.ErrUnavailable)
 	}
 	return res, nil
 }
@@ -372,8 +325,6 @@ func opName(op fsm.Op) string {
 		return "expire"
 	case fsm.OpCancelWait:
 		return "cancel-wait"
-	case fsm.OpSetRules:
-		return "set-rules"
 	}
 	return fmt.Sprintf("op %d", op)
 }
@@ -400,7 +351,7 @@ func (o *observer) Granted(name fencelock.LockName, h fsm.Holder) {
 	s := (*Server)(o)
 	s.metrics.grants.Inc()
 	s.leases.granted(name, h, time.Now())
-	s.waiters.deliver(name, h)
+	s.claims.deliver(name, h)
 }
 
 // Restored records where a restored snapshot came from (a log line and
@@ -416,7 +367,7 @@ func (o *observer) Restored() {
 		s.log.Info("restored local snapshot", "index", s.fsm.AppliedIndex())
 	}
 	for name, h := range s.fsm.Holders() {
-		s.waiters.deliver(name, h)
+		s.claims.deliver(name, h)
 	}
 }
 

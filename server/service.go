@@ -25,24 +25,17 @@ type AcquireRequest struct {
 	TTL  time.Duration
 	// Wait is how long to queue for the lock; zero is a try-lock.
 	Wait time.Duration
-	// RequestID makes retries safe: a retry returns the same grant.
+	// RequestID makes retries safe: a retry returns the same grant, or
+	// resumes the same place in the queue.
 	RequestID string
 	// Holder is a label for humans, shown by Describe.
 	Holder string
-	// ReturnQueued makes an Acquire that joins the wait queue return
-	// errQueued at once instead of waiting; the caller waits later with an
-	// Acquire of the same RequestID (Batch does this).
-	ReturnQueued bool
-	// KeepPlace: when Wait runs out, the request stays queued for
-	// claimWindow instead of leaving the queue, so that the caller's next
-	// Acquire of the same RequestID resumes its place (a long wait split
-	// into calls). The answer is still a LockHeldError; a caller whose
-	// wait is over then takes the request back with CancelWait.
+	// KeepPlace: when Wait runs out, the request stays queued for a grace
+	// (callGrace), so that the caller's next Acquire of the same RequestID
+	// resumes its place (a long wait split into calls). Without it, the
+	// request leaves the queue when Wait runs out.
 	KeepPlace bool
 }
-
-// errQueued: the request waits in the lock's queue (ReturnQueued).
-var errQueued = errors.New("queued")
 
 func (s *Server) validate(req AcquireRequest) error {
 	if err := req.Name.Validate(); err != nil {
@@ -64,159 +57,118 @@ func (s *Server) validate(req AcquireRequest) error {
 }
 
 // Acquire grants the named lock, or queues for it up to req.Wait (FIFO) and
-// returns the grant the moment it is made. Errors: *fencelock.LockHeldError
-// (try-lock, or the wait ran out), ErrInvalidName, ErrInvalidTTL,
-// ErrInvalidArgument, ErrNotLeader, ErrUnavailable (outcome unknown: retry
-// with the same RequestID), or ctx's error.
+// returns the grant the moment it is made. The request is tied to this
+// call: when the call ends without handing its grant over (ctx ended, the
+// wait ran out), the request is taken back after a grace unless another
+// call with the same request id comes for it (see claims). Errors:
+// *fencelock.LockHeldError (try-lock, or the wait ran out), ErrInvalidName,
+// ErrInvalidTTL, ErrInvalidArgument, ErrNotLeader, ErrUnavailable (outcome
+// unknown: retry with the same RequestID), or ctx's error.
 func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Grant, error) {
 	if err := s.validate(req); err != nil {
 		return fencelock.Grant{}, err
 	}
-	req.Wait = min(req.Wait, s.cfg.MaxWait) // a longer wait ends as LockHeld; the client asks again
-	if req.Wait > 0 && req.RequestID == "" {
-		req.RequestID = string(fencelock.NewLeaseID()) // a waiter must be addressable
+	if req.Wait > s.cfg.MaxWait {
+		// A longer wait ends as LockHeld; the client asks again, in place.
+		req.Wait, req.KeepPlace = s.cfg.MaxWait, true
 	}
-	var ch chan waitEvent
-	var seq uint64
-	if req.Wait > 0 && !req.ReturnQueued {
-		var err error
-		if ch, seq, err = s.waiters.add(req.Name, req.RequestID); err != nil {
-			return fencelock.Grant{}, askAgain(req.Name, err)
-		}
-		defer s.waiters.remove(req.Name, req.RequestID, ch)
-	} else if req.RequestID != "" {
-		if err := s.waiters.arrived(req.Name, req.RequestID); err != nil {
-			return fencelock.Grant{}, askAgain(req.Name, err)
-		}
+	if req.RequestID == "" {
+		req.RequestID = string(fencelock.NewLeaseID()) // a request must be addressable
 	}
-	var res fsm.Result
-	if ch != nil && s.Ready() && s.fsm.Queued(req.Name, req.RequestID) {
-		// Already in the queue (a Batch queued it, or this is a retry): wait
-		// without another entry. The waiter was registered before the check,
-		// so a grant made since cannot be missed.
-		res.Queued = true
-	} else {
-		var err error
-		if res, err = s.Apply(ctx, acquireCommand(req)); err != nil {
-			if req.Wait > 0 && errors.Is(err, fencelock.ErrUnavailable) {
-				// The entry may still commit, queued with nobody waiting
-				// (the caller went away during the sync): a live client
-				// comes back for it within the claim window, as for a
-				// request a Batch queued; otherwise it is dropped.
-				s.expectClaim(req.Name, req.RequestID)
-			}
+	if !s.Ready() {
+		return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, s.notLeader())
+	}
+	cl, err := s.claims.attach(req.Name, req.RequestID)
+	if err != nil {
+		return fencelock.Grant{}, fmt.Errorf("acquire %q: %v; ask again: %w", req.Name, err, fencelock.ErrUnavailable)
+	}
+	a := acquisition{s: s, req: req, call: cl, grace: callGrace}
+	g, err := a.run(ctx)
+	if err == nil {
+		s.claims.handed(cl)
+	}
+	s.claims.detach(cl, a.grace, a.unknown)
+	return g, err
+}
+
+// acquisition is one Acquire call on the node.
+type acquisition struct {
+	s    *Server
+	req  AcquireRequest
+	call *call
+	// grace is how long the request keeps its place once the call ends
+	// without its grant; unknown, whether the call's entry may still
+	// commit (it was not seen to).
+	grace   time.Duration
+	unknown bool
+}
+
+// run proposes the request (unless it already waits in the queue) and
+// waits for its grant.
+func (a *acquisition) run(ctx context.Context) (fencelock.Grant, error) {
+	s, req := a.s, a.req
+	select {
+	case ev := <-a.call.ch: // granted while no call waited
+		return s.waitEnded(req.Name, ev)
+	default:
+	}
+	if req.Wait == 0 || !s.fsm.Queued(req.Name, req.RequestID) {
+		// The call was attached before the check: a grant made since
+		// cannot be missed.
+		res, err := s.applyKnown(acquireCommand(req))
+		if err != nil {
+			a.unknown = errors.Is(err, fencelock.ErrUnavailable)
 			return fencelock.Grant{}, err
 		}
+		switch {
+		case res.Err != nil:
+			return fencelock.Grant{}, s.withExpiry(res.Err)
+		case res.Grant != nil:
+			return grantOf(req.Name, *res.Grant), nil
+		case !res.Queued:
+			return fencelock.Grant{}, fmt.Errorf("acquire %q: empty result: %w", req.Name, fencelock.ErrUnavailable)
+		}
 	}
-	if g, err := s.acquireOutcome(req, res); !errors.Is(err, errQueued) || req.ReturnQueued {
-		return g, err
-	}
+	return a.wait(ctx)
+}
+
+// wait waits for the queued request's grant, the end of req.Wait, or ctx.
+func (a *acquisition) wait(ctx context.Context) (fencelock.Grant, error) {
+	s, req := a.s, a.req
 	timer := time.NewTimer(req.Wait)
 	defer timer.Stop()
 	select {
-	case ev := <-ch:
+	case ev := <-a.call.ch:
 		return s.waitEnded(req.Name, ev)
 	case <-timer.C:
-		if req.KeepPlace {
-			select {
-			case ev := <-ch: // granted just now
-				return s.waitEnded(req.Name, ev)
-			default:
-			}
-			return fencelock.Grant{}, s.keepPlace(req.Name, req.RequestID)
-		}
-	case <-ctx.Done():
-		if req.KeepPlace && errors.Is(context.Cause(ctx), errPipeClosed) {
-			// The pipe broke, not the caller: keep the place (and a grant
-			// made just now) for the client's retry with the same request
-			// id, as when a call's time runs out.
-			return fencelock.Grant{}, s.keepPlace(req.Name, req.RequestID)
-		}
-	}
-	// Gave up. A grant that arrived meanwhile is still ours if the caller is.
-	select {
-	case ev := <-ch:
-		if ev.err != nil || ctx.Err() == nil {
+		select {
+		case ev := <-a.call.ch: // granted just now
 			return s.waitEnded(req.Name, ev)
+		default:
 		}
-	default:
-	}
-	if !s.waiters.beginCancel(req.Name, req.RequestID, seq) {
-		// Another call came for the same request since this one began
-		// (its retry, on a new connection): the request is its now, place
-		// and grant.
-		if err := ctx.Err(); err != nil {
-			return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, err)
+		if !req.KeepPlace {
+			a.grace = 0
 		}
-		return fencelock.Grant{}, s.withExpiry(&fencelock.LockHeldError{Name: req.Name})
+		return fencelock.Grant{}, s.heldError(req.Name)
+	case <-ctx.Done():
+		// A grant that arrived meanwhile is taken back with the request:
+		// nobody is there to receive it.
+		return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, ctx.Err())
 	}
-	// Calls that come for the request until the cancel commits are told
-	// to ask again: one that waited could be handed a grant the cancel
-	// then ends.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ApplyTimeout)
-	defer cancel()
-	_, err := s.Apply(cctx, fsm.Command{Op: fsm.OpCancelWait, Name: req.Name, RequestID: req.RequestID})
-	if err == nil && s.waiters.count(req.Name, req.RequestID) > 1 {
-		// An older call still waits for the request (this one was its
-		// retry): it must ask again, or it waits for a request that is
-		// gone.
-		s.waiters.drop(req.Name, req.RequestID)
-	}
-	s.waiters.endCancel(req.Name, req.RequestID)
-	if err != nil {
-		if ctx.Err() == nil {
-			// Still queued, as far as we know: the client asks again with the
-			// same request id and keeps its place (or gets its grant).
-			return fencelock.Grant{}, fmt.Errorf("acquire %q: the wait ran out, and leaving the queue did not commit: %w", req.Name, err)
-		}
-		s.log.Warn("leave wait queue failed; a grant it gets ends with its TTL", "lock", req.Name, "err", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, err)
-	}
-	held := &fencelock.LockHeldError{Name: req.Name}
-	if l, ok := s.fsm.Get(req.Name); ok && l.Holder != nil {
-		held.Holder, held.Token = l.Holder.Holder, l.Holder.Token
-	}
-	return fencelock.Grant{}, s.withExpiry(held)
 }
 
-// askAgain answers a call that came for a request being taken out of the
-// queue: unavailable, so the client asks again, and then finds the request
-// id free.
-func askAgain(name fencelock.LockName, err error) error {
-	return fmt.Errorf("acquire %q: %v; ask again: %w", name, err, fencelock.ErrUnavailable)
-}
-
-func acquireCommand(req AcquireRequest) fsm.Command {
-	return fsm.Command{Op: fsm.OpAcquire, Name: req.Name, RequestID: req.RequestID,
-		Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0}
-}
-
-// acquireOutcome turns an applied acquire into the grant, the refusal, or
-// errQueued.
-func (s *Server) acquireOutcome(req AcquireRequest, res fsm.Result) (fencelock.Grant, error) {
-	switch {
-	case res.Err != nil:
-		return fencelock.Grant{}, s.withExpiry(res.Err)
-	case res.Grant != nil:
-		return grantOf(req.Name, *res.Grant), nil
-	case !res.Queued:
-		return fencelock.Grant{}, fmt.Errorf("acquire %q: empty result: %w", req.Name, fencelock.ErrUnavailable)
-	}
-	return fencelock.Grant{}, errQueued
-}
-
-// keepPlace ends a KeepPlace wait that ran out: the request stays queued
-// for claimWindow (or until a call comes to wait for it again), and the
-// answer is the lock's current holder.
-func (s *Server) keepPlace(name fencelock.LockName, rid string) error {
-	s.expectClaim(name, rid)
+// heldError is the LockHeldError of name as it is now.
+func (s *Server) heldError(name fencelock.LockName) error {
 	held := &fencelock.LockHeldError{Name: name}
 	if l, ok := s.fsm.Get(name); ok && l.Holder != nil {
 		held.Holder, held.Token = l.Holder.Holder, l.Holder.Token
 	}
 	return s.withExpiry(held)
+}
+
+func acquireCommand(req AcquireRequest) fsm.Command {
+	return fsm.Command{Op: fsm.OpAcquire, Name: req.Name, RequestID: req.RequestID,
+		Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0}
 }
 
 // waitEnded turns the event that ended a wait into Acquire's answer.
@@ -268,13 +220,7 @@ func (s *Server) Renew(ctx context.Context, name fencelock.LockName, id fenceloc
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	return s.renewChecked(ctx, name, id, token, s.leaderCheck.check(ctx))
-}
-
-// renewChecked renews after the leadership check that ended with checkErr
-// (Batch checks once for all its renewals).
-func (s *Server) renewChecked(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token, checkErr error) (time.Duration, error) {
-	if checkErr != nil {
+	if err := s.leaderCheck.check(ctx); err != nil {
 		if ctx.Err() != nil {
 			return 0, fmt.Errorf("renew %q: %w: %w", name, fencelock.ErrUnavailable, ctx.Err())
 		}
@@ -302,18 +248,10 @@ func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencel
 	if err := validateGrantRef(name, id, token); err != nil {
 		return err
 	}
-	res, err := s.Apply(ctx, releaseCommand(name, id, token))
+	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: id, Token: token})
 	if err != nil {
 		return err
 	}
-	return s.releaseOutcome(res)
-}
-
-func releaseCommand(name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) fsm.Command {
-	return fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: id, Token: token}
-}
-
-func (s *Server) releaseOutcome(res fsm.Result) error {
 	if res.Err != nil {
 		return res.Err
 	}
@@ -335,6 +273,9 @@ func (s *Server) CancelWait(ctx context.Context, name fencelock.LockName, rid st
 	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: name, RequestID: rid})
 	if err != nil {
 		return err
+	}
+	if res.Err == nil {
+		s.claims.drop(name, rid) // calls still waiting for it (an earlier attempt's) stop
 	}
 	return res.Err
 }

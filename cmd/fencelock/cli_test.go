@@ -92,7 +92,6 @@ func TestRun_HelpAndUsageErrors(t *testing.T) {
 		{[]string{"lock", "x", "--ttl", "-1s", "--", "true"}, 2, "--ttl -1s", nil},
 		{[]string{"lock", "x", "--kill-after", "-5s", "--", "true"}, 2, "--kill-after -5s", nil},
 		{[]string{"members", "list", "extra"}, 2, "takes no arguments", nil},
-		{[]string{"serve", "--max-rules", "99"}, 2, "--max-rules 99", nil},
 		{[]string{"lock"}, 2, "missing lock NAME", nil},
 		{[]string{"lock", "x"}, 2, "no COMMAND", nil},
 		{[]string{"acquire", "x", "--ttl", "banana"}, 2, "invalid value", nil},

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,7 +122,7 @@ func startDemoLockService(ctx context.Context, dir string, log *slog.Logger) (st
 		s.Close()
 		return "", nil, err
 	}
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	hs := server.HTTPServer(s.Handler())
 	go hs.Serve(ln)
 	return ln.Addr().String(), func() { hs.Close(); s.Close() }, nil
 }

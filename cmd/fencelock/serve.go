@@ -16,7 +16,6 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
-	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/server"
 )
 
@@ -35,7 +34,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot; a follower further behind gets the snapshot")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "Raft heartbeat timeout")
 	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "Raft election timeout")
-	fs.Uint64Var(&cfg.MaxRules, "max-rules", 0, fmt.Sprintf("newest log rules this node reports it implements, 1 to %d (0: all it does). The leader raises the cluster's rules only to what every member reports, and a raise cannot be undone: while a rolling upgrade may have to be rolled back, set it on upgraded nodes to the rules of the release you would go back to (1 for one from before log rules)", fsm.MaxRules))
 	advertise := fs.String("advertise", "", "API address other nodes and clients use for this node (default: --listen)")
 	bootstrap := fs.String("bootstrap", "", "voters of a NEW cluster, id=raft-addr,... including this node (default: this node alone)")
 	join := fs.String("join", "", "join an existing cluster through any member's API address(es), comma-separated")
@@ -54,9 +52,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.AdminToken = token
 	if fs.NArg() > 0 {
 		return usageErr("serve takes no arguments, got %q", fs.Args())
-	}
-	if cfg.MaxRules > fsm.MaxRules {
-		return usageErr("--max-rules %d: this build implements rules 1 to %d", cfg.MaxRules, fsm.MaxRules)
 	}
 	if *procs < 0 {
 		return usageErr("--procs %d: want 0 (Go's default) or more", *procs)
@@ -105,9 +100,6 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer s.Close()
 
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true) // gRPC without TLS
 	handler := s.Handler()
 	if *pprofOn {
 		mux := http.NewServeMux()
@@ -118,7 +110,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		handler = mux
 	}
-	hs := &http.Server{Handler: handler, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	hs := server.HTTPServer(handler)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	log.Info("fencelock serving", "api", ln.Addr().String(), "raft", cfg.RaftAddr, "data_dir", cfg.DataDir, "node", cfg.NodeID, "procs", runtime.GOMAXPROCS(0))

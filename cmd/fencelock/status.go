@@ -75,10 +75,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "leader: %s   term: %d   members: %d\n\n", orNone(first.LeaderID), first.Term, len(first.Members))
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tAPI\tRAFT\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT\tRULES\tHEALTH")
+	fmt.Fprintln(tw, "ID\tAPI\tRAFT\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT\tHEALTH")
 	for _, n := range nodes {
 		if n.Status == nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\tunreachable (%s)\n", n.ID, n.APIAddr, n.RaftAddr, n.Error)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\tunreachable (%s)\n", n.ID, n.APIAddr, n.RaftAddr, n.Error)
 			continue
 		}
 		st := n.Status
@@ -90,10 +90,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if st.State != "Leader" {
 			contact = st.LastContact.Round(time.Millisecond).String()
 		}
-		// The rules the log is applied under, of the newest the node
-		// implements: 1/2 means a raise waits for some member.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%d/%d\t%s\n", n.ID, n.APIAddr, n.RaftAddr, st.State, st.Term,
-			st.CommitIndex, st.AppliedIndex, contact, st.Rules, st.MaxRules, health)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", n.ID, n.APIAddr, n.RaftAddr, st.State, st.Term,
+			st.CommitIndex, st.AppliedIndex, contact, health)
 	}
 	return tw.Flush()
 }

@@ -22,32 +22,39 @@ import (
 )
 
 var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	buildMu sync.Mutex
+	built   = map[string]string{} // package -> executable
 )
 
 // Binary builds cmd/fencelock once and returns the path of the executable.
 func Binary(tb testing.TB) string {
 	tb.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fencelock-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "fencelock")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/fencelock/fencelock/cmd/fencelock")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("go build cmd/fencelock: %v\n%s", err, out.String())
-		}
-	})
-	if buildErr != nil {
-		tb.Fatal(buildErr)
+	return Build(tb, "github.com/fencelock/fencelock/cmd/fencelock")
+}
+
+// Build builds the main package pkg once (without the race detector: the
+// programs are peers of the test, not under test) and returns the path of
+// the executable.
+func Build(tb testing.TB, pkg string) string {
+	tb.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
 	}
-	return binPath
+	dir, err := os.MkdirTemp("", "fencelock-bin-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", p, pkg)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("go build %s: %v\n%s", pkg, err, out.String())
+	}
+	built[pkg] = p
+	return p
 }
 
 // FreeAddr returns a loopback address with a port that was free a moment

@@ -16,6 +16,10 @@ import (
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 )
 
+// MaxRequestBytes bounds one request message; every field has a smaller
+// limit.
+const MaxRequestBytes = 64 << 10
+
 // connectCodes maps each wire code to the Connect code it travels with.
 var connectCodes = map[string]connect.Code{
 	fencelock.CodeLockHeld:           connect.CodeAlreadyExists,
@@ -98,31 +102,6 @@ func fromDetail(msg string, d *fencelockv1.ErrorDetail) error {
 		return &NotLeaderError{Leader: d.Leader, msg: msg}
 	}
 	return &remoteError{msg: msg, sentinel: sentinel}
-}
-
-// ToBatchError is ToConnect for one item of a Batch.
-func ToBatchError(err error) *fencelockv1.BatchError {
-	var ce *connect.Error
-	errors.As(ToConnect(err), &ce)
-	be := &fencelockv1.BatchError{Message: err.Error(), ConnectCode: ce.Code().String()}
-	if code := fencelock.Code(err); code != "" {
-		be.Detail = detailOf(code, err)
-	}
-	return be
-}
-
-// FromBatchError is FromConnect for one item of a Batch.
-func FromBatchError(be *fencelockv1.BatchError) error {
-	if be.GetDetail() != nil {
-		if err := fromDetail(be.Message, be.Detail); err != nil {
-			return err
-		}
-	}
-	var code connect.Code
-	if err := code.UnmarshalText([]byte(be.GetConnectCode())); err != nil {
-		code = connect.CodeUnknown
-	}
-	return FromConnect(connect.NewError(code, errors.New(be.GetMessage())))
 }
 
 // FromConnect converts an error returned by a Connect call back into an

@@ -118,586 +118,6 @@ func (*CancelWaitResponse) Descriptor() ([]byte, []int) {
 	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{1}
 }
 
-type BatchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Items         []*BatchItem           `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BatchRequest) Reset() {
-	*x = BatchRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BatchRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BatchRequest) ProtoMessage() {}
-
-func (x *BatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BatchRequest.ProtoReflect.Descriptor instead.
-func (*BatchRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *BatchRequest) GetItems() []*BatchItem {
-	if x != nil {
-		return x.Items
-	}
-	return nil
-}
-
-type BatchItem struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Types that are valid to be assigned to Op:
-	//
-	//	*BatchItem_Acquire
-	//	*BatchItem_Renew
-	//	*BatchItem_Release
-	Op            isBatchItem_Op `protobuf_oneof:"op"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BatchItem) Reset() {
-	*x = BatchItem{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BatchItem) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BatchItem) ProtoMessage() {}
-
-func (x *BatchItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BatchItem.ProtoReflect.Descriptor instead.
-func (*BatchItem) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *BatchItem) GetOp() isBatchItem_Op {
-	if x != nil {
-		return x.Op
-	}
-	return nil
-}
-
-func (x *BatchItem) GetAcquire() *AcquireRequest {
-	if x != nil {
-		if x, ok := x.Op.(*BatchItem_Acquire); ok {
-			return x.Acquire
-		}
-	}
-	return nil
-}
-
-func (x *BatchItem) GetRenew() *RenewRequest {
-	if x != nil {
-		if x, ok := x.Op.(*BatchItem_Renew); ok {
-			return x.Renew
-		}
-	}
-	return nil
-}
-
-func (x *BatchItem) GetRelease() *ReleaseRequest {
-	if x != nil {
-		if x, ok := x.Op.(*BatchItem_Release); ok {
-			return x.Release
-		}
-	}
-	return nil
-}
-
-type isBatchItem_Op interface {
-	isBatchItem_Op()
-}
-
-type BatchItem_Acquire struct {
-	Acquire *AcquireRequest `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
-}
-
-type BatchItem_Renew struct {
-	Renew *RenewRequest `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
-}
-
-type BatchItem_Release struct {
-	Release *ReleaseRequest `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
-}
-
-func (*BatchItem_Acquire) isBatchItem_Op() {}
-
-func (*BatchItem_Renew) isBatchItem_Op() {}
-
-func (*BatchItem_Release) isBatchItem_Op() {}
-
-type BatchResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// One result per item, in the order of the items.
-	Results       []*BatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BatchResponse) Reset() {
-	*x = BatchResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BatchResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BatchResponse) ProtoMessage() {}
-
-func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
-func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *BatchResponse) GetResults() []*BatchResult {
-	if x != nil {
-		return x.Results
-	}
-	return nil
-}
-
-type BatchResult struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Types that are valid to be assigned to Result:
-	//
-	//	*BatchResult_Acquire
-	//	*BatchResult_Renew
-	//	*BatchResult_Release
-	//	*BatchResult_Error
-	//	*BatchResult_Queued
-	Result        isBatchResult_Result `protobuf_oneof:"result"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BatchResult) Reset() {
-	*x = BatchResult{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BatchResult) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BatchResult) ProtoMessage() {}
-
-func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
-func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{5}
-}
-
-func (x *BatchResult) GetResult() isBatchResult_Result {
-	if x != nil {
-		return x.Result
-	}
-	return nil
-}
-
-func (x *BatchResult) GetAcquire() *AcquireResponse {
-	if x != nil {
-		if x, ok := x.Result.(*BatchResult_Acquire); ok {
-			return x.Acquire
-		}
-	}
-	return nil
-}
-
-func (x *BatchResult) GetRenew() *RenewResponse {
-	if x != nil {
-		if x, ok := x.Result.(*BatchResult_Renew); ok {
-			return x.Renew
-		}
-	}
-	return nil
-}
-
-func (x *BatchResult) GetRelease() *ReleaseResponse {
-	if x != nil {
-		if x, ok := x.Result.(*BatchResult_Release); ok {
-			return x.Release
-		}
-	}
-	return nil
-}
-
-func (x *BatchResult) GetError() *BatchError {
-	if x != nil {
-		if x, ok := x.Result.(*BatchResult_Error); ok {
-			return x.Error
-		}
-	}
-	return nil
-}
-
-func (x *BatchResult) GetQueued() *AcquireQueued {
-	if x != nil {
-		if x, ok := x.Result.(*BatchResult_Queued); ok {
-			return x.Queued
-		}
-	}
-	return nil
-}
-
-type isBatchResult_Result interface {
-	isBatchResult_Result()
-}
-
-type BatchResult_Acquire struct {
-	Acquire *AcquireResponse `protobuf:"bytes,1,opt,name=acquire,proto3,oneof"`
-}
-
-type BatchResult_Renew struct {
-	Renew *RenewResponse `protobuf:"bytes,2,opt,name=renew,proto3,oneof"`
-}
-
-type BatchResult_Release struct {
-	Release *ReleaseResponse `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
-}
-
-type BatchResult_Error struct {
-	Error *BatchError `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
-}
-
-type BatchResult_Queued struct {
-	// The Acquire waits in the lock's queue under its request_id.
-	Queued *AcquireQueued `protobuf:"bytes,5,opt,name=queued,proto3,oneof"`
-}
-
-func (*BatchResult_Acquire) isBatchResult_Result() {}
-
-func (*BatchResult_Renew) isBatchResult_Result() {}
-
-func (*BatchResult_Release) isBatchResult_Result() {}
-
-func (*BatchResult_Error) isBatchResult_Result() {}
-
-func (*BatchResult_Queued) isBatchResult_Result() {}
-
-type AcquireQueued struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *AcquireQueued) Reset() {
-	*x = AcquireQueued{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *AcquireQueued) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*AcquireQueued) ProtoMessage() {}
-
-func (x *AcquireQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use AcquireQueued.ProtoReflect.Descriptor instead.
-func (*AcquireQueued) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{6}
-}
-
-// The pipe: a lean transport for Batch and waiting Acquire calls beside
-// Connect, on the same port. A client upgrades an HTTP/1.1 connection (GET
-// /fencelock.v1.Pipe with "Connection: Upgrade" and "Upgrade:
-// fencelock-pipe/1"; the node answers 101). Then both sides send frames: a
-// 4-byte big-endian length, then a PipeRequest (client to node) or a
-// PipeResponse (node to client). Many requests may be out at once; each
-// response carries its request's id and they come back in any order.
-type PipeRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// One of batch, acquire or cancel.
-	// batch runs exactly as the Batch method would.
-	Batch *BatchRequest `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
-	// acquire runs as the Acquire method would: it may wait in the queue.
-	Acquire *AcquireRequest `protobuf:"bytes,3,opt,name=acquire,proto3" json:"acquire,omitempty"`
-	// cancel: the caller of acquire request `cancel` gave up; the node stops
-	// its wait as if a Connect call's client had gone (the request leaves
-	// the queue). Answered only through that request's own answer.
-	Cancel uint64 `protobuf:"varint,4,opt,name=cancel,proto3" json:"cancel,omitempty"`
-	// For acquire: how long the caller will wait for the answer at most (a
-	// Connect call's deadline); the node ends the request then as if its
-	// caller had gone. Absent: no limit but the request's own wait.
-	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PipeRequest) Reset() {
-	*x = PipeRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PipeRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PipeRequest) ProtoMessage() {}
-
-func (x *PipeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PipeRequest.ProtoReflect.Descriptor instead.
-func (*PipeRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *PipeRequest) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *PipeRequest) GetBatch() *BatchRequest {
-	if x != nil {
-		return x.Batch
-	}
-	return nil
-}
-
-func (x *PipeRequest) GetAcquire() *AcquireRequest {
-	if x != nil {
-		return x.Acquire
-	}
-	return nil
-}
-
-func (x *PipeRequest) GetCancel() uint64 {
-	if x != nil {
-		return x.Cancel
-	}
-	return 0
-}
-
-func (x *PipeRequest) GetTimeout() *durationpb.Duration {
-	if x != nil {
-		return x.Timeout
-	}
-	return nil
-}
-
-type PipeResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// A batch's results; an acquire's grant; or the error that a batch as a
-	// whole (too many items, not done in time) or an acquire failed with.
-	Batch         *BatchResponse   `protobuf:"bytes,2,opt,name=batch,proto3" json:"batch,omitempty"`
-	Error         *BatchError      `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	Acquire       *AcquireResponse `protobuf:"bytes,4,opt,name=acquire,proto3" json:"acquire,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PipeResponse) Reset() {
-	*x = PipeResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PipeResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PipeResponse) ProtoMessage() {}
-
-func (x *PipeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PipeResponse.ProtoReflect.Descriptor instead.
-func (*PipeResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{8}
-}
-
-func (x *PipeResponse) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *PipeResponse) GetBatch() *BatchResponse {
-	if x != nil {
-		return x.Batch
-	}
-	return nil
-}
-
-func (x *PipeResponse) GetError() *BatchError {
-	if x != nil {
-		return x.Error
-	}
-	return nil
-}
-
-func (x *PipeResponse) GetAcquire() *AcquireResponse {
-	if x != nil {
-		return x.Acquire
-	}
-	return nil
-}
-
-// BatchError is one item's error: what a call sent alone would have failed
-// with.
-type BatchError struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Message string                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
-	// Set for errors with a fencelock code.
-	Detail *ErrorDetail `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
-	// The Connect code name of a call sent alone ("unavailable", ...).
-	ConnectCode   string `protobuf:"bytes,3,opt,name=connect_code,json=connectCode,proto3" json:"connect_code,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *BatchError) Reset() {
-	*x = BatchError{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *BatchError) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*BatchError) ProtoMessage() {}
-
-func (x *BatchError) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use BatchError.ProtoReflect.Descriptor instead.
-func (*BatchError) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *BatchError) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-func (x *BatchError) GetDetail() *ErrorDetail {
-	if x != nil {
-		return x.Detail
-	}
-	return nil
-}
-
-func (x *BatchError) GetConnectCode() string {
-	if x != nil {
-		return x.ConnectCode
-	}
-	return ""
-}
-
 type AcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -708,11 +128,13 @@ type AcquireRequest struct {
 	RequestId string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// A label for humans (host, pid, job); shown by Describe.
 	Holder string `protobuf:"bytes,5,opt,name=holder,proto3" json:"holder,omitempty"`
-	// When the wait runs out (or the service's max wait cuts it), keep the
-	// request's place in the queue for a short while (about 10 s): the
-	// client asks again with the same request_id and resumes its place, or,
-	// when its whole wait is over, takes the request back with CancelWait.
-	// Without it, a wait that runs out leaves the queue.
+	// When the wait runs out, keep the request's place in the queue for a
+	// short grace (3 s): the client asks again with the same request_id and
+	// resumes its place. Without it, a wait that runs out leaves the queue.
+	// A wait the service's max wait cuts short always keeps its place.
+	// Whenever the call ends without its grant (the caller went away, the
+	// connection broke), the request keeps its place for the same grace and
+	// is then taken back: out of the queue, or its grant ends.
 	KeepPlace     bool `protobuf:"varint,6,opt,name=keep_place,json=keepPlace,proto3" json:"keep_place,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -720,7 +142,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +154,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +167,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AcquireRequest) GetName() string {
@@ -804,7 +226,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +238,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +251,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Grant) GetName() string {
@@ -869,7 +291,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +303,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +316,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AcquireResponse) GetGrant() *Grant {
@@ -915,7 +337,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +349,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +362,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RenewRequest) GetName() string {
@@ -973,7 +395,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +407,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +420,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RenewResponse) GetTtl() *durationpb.Duration {
@@ -1019,7 +441,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +453,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +466,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -1076,7 +498,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +510,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +523,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{8}
 }
 
 type DescribeRequest struct {
@@ -1113,7 +535,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +547,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +560,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -1158,7 +580,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +592,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +605,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Waiter) GetHolder() string {
@@ -1215,7 +637,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1227,7 +649,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1240,7 +662,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LockInfo) GetName() string {
@@ -1294,7 +716,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +728,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +741,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DescribeResponse) GetLock() *LockInfo {
@@ -1342,7 +764,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +776,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +789,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1401,7 +823,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +835,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +848,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1461,7 +883,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +895,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +908,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -1544,7 +966,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +978,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +991,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Member) GetId() string {
@@ -1615,7 +1037,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1049,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1062,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 type StatusResponse struct {
@@ -1659,19 +1081,14 @@ type StatusResponse struct {
 	LastContact *durationpb.Duration `protobuf:"bytes,10,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
 	Members     []*Member            `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
 	// True once this node is the leader with every lease re-armed.
-	Ready bool `protobuf:"varint,12,opt,name=ready,proto3" json:"ready,omitempty"`
-	// The newest log rules this node implements (0: a node from before log
-	// rules), and the rules its log is applied under. A leader raises the
-	// cluster's rules once every member implements the new ones.
-	MaxRules      uint64 `protobuf:"varint,13,opt,name=max_rules,json=maxRules,proto3" json:"max_rules,omitempty"`
-	Rules         uint64 `protobuf:"varint,14,opt,name=rules,proto3" json:"rules,omitempty"`
+	Ready         bool `protobuf:"varint,12,opt,name=ready,proto3" json:"ready,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1100,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1113,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{26}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -1783,20 +1200,6 @@ func (x *StatusResponse) GetReady() bool {
 	return false
 }
 
-func (x *StatusResponse) GetMaxRules() uint64 {
-	if x != nil {
-		return x.MaxRules
-	}
-	return 0
-}
-
-func (x *StatusResponse) GetRules() uint64 {
-	if x != nil {
-		return x.Rules
-	}
-	return 0
-}
-
 type AddMemberRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1808,7 +1211,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1223,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1236,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{27}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -1865,7 +1268,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +1280,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +1293,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{28}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 type RemoveMemberRequest struct {
@@ -1902,7 +1305,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +1317,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +1330,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{29}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -1945,7 +1348,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[30]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1957,7 +1360,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[30]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1970,7 +1373,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{30}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 type TransferLeaderRequest struct {
@@ -1982,7 +1385,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[31]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +1397,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[31]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +1410,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{31}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -2026,7 +1429,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[32]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +1441,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[32]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +1454,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{32}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -2070,40 +1473,7 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\"\x14\n" +
-	"\x12CancelWaitResponse\"=\n" +
-	"\fBatchRequest\x12-\n" +
-	"\x05items\x18\x01 \x03(\v2\x17.fencelock.v1.BatchItemR\x05items\"\xb9\x01\n" +
-	"\tBatchItem\x128\n" +
-	"\aacquire\x18\x01 \x01(\v2\x1c.fencelock.v1.AcquireRequestH\x00R\aacquire\x122\n" +
-	"\x05renew\x18\x02 \x01(\v2\x1a.fencelock.v1.RenewRequestH\x00R\x05renew\x128\n" +
-	"\arelease\x18\x03 \x01(\v2\x1c.fencelock.v1.ReleaseRequestH\x00R\areleaseB\x04\n" +
-	"\x02op\"D\n" +
-	"\rBatchResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.fencelock.v1.BatchResultR\aresults\"\xab\x02\n" +
-	"\vBatchResult\x129\n" +
-	"\aacquire\x18\x01 \x01(\v2\x1d.fencelock.v1.AcquireResponseH\x00R\aacquire\x123\n" +
-	"\x05renew\x18\x02 \x01(\v2\x1b.fencelock.v1.RenewResponseH\x00R\x05renew\x129\n" +
-	"\arelease\x18\x03 \x01(\v2\x1d.fencelock.v1.ReleaseResponseH\x00R\arelease\x120\n" +
-	"\x05error\x18\x04 \x01(\v2\x18.fencelock.v1.BatchErrorH\x00R\x05error\x125\n" +
-	"\x06queued\x18\x05 \x01(\v2\x1b.fencelock.v1.AcquireQueuedH\x00R\x06queuedB\b\n" +
-	"\x06result\"\x0f\n" +
-	"\rAcquireQueued\"\xd4\x01\n" +
-	"\vPipeRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x120\n" +
-	"\x05batch\x18\x02 \x01(\v2\x1a.fencelock.v1.BatchRequestR\x05batch\x126\n" +
-	"\aacquire\x18\x03 \x01(\v2\x1c.fencelock.v1.AcquireRequestR\aacquire\x12\x16\n" +
-	"\x06cancel\x18\x04 \x01(\x04R\x06cancel\x123\n" +
-	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xba\x01\n" +
-	"\fPipeResponse\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
-	"\x05batch\x18\x02 \x01(\v2\x1b.fencelock.v1.BatchResponseR\x05batch\x12.\n" +
-	"\x05error\x18\x03 \x01(\v2\x18.fencelock.v1.BatchErrorR\x05error\x127\n" +
-	"\aacquire\x18\x04 \x01(\v2\x1d.fencelock.v1.AcquireResponseR\aacquire\"|\n" +
-	"\n" +
-	"BatchError\x12\x18\n" +
-	"\amessage\x18\x01 \x01(\tR\amessage\x121\n" +
-	"\x06detail\x18\x02 \x01(\v2\x19.fencelock.v1.ErrorDetailR\x06detail\x12!\n" +
-	"\fconnect_code\x18\x03 \x01(\tR\vconnectCode\"\xd6\x01\n" +
+	"\x12CancelWaitResponse\"\xd6\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
@@ -2166,7 +1536,7 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\"\x0f\n" +
-	"\rStatusRequest\"\xdb\x03\n" +
+	"\rStatusRequest\"\xa8\x03\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2181,9 +1551,7 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\flast_contact\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\vlastContact\x12.\n" +
 	"\amembers\x18\v \x03(\v2\x14.fencelock.v1.MemberR\amembers\x12\x14\n" +
-	"\x05ready\x18\f \x01(\bR\x05ready\x12\x1b\n" +
-	"\tmax_rules\x18\r \x01(\x04R\bmaxRules\x12\x14\n" +
-	"\x05rules\x18\x0e \x01(\x04R\x05rules\"Z\n" +
+	"\x05ready\x18\f \x01(\bR\x05ready\"Z\n" +
 	"\x10AddMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -2195,14 +1563,13 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x15TransferLeaderRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"5\n" +
 	"\x16TransferLeaderResponse\x12\x1b\n" +
-	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\xfc\x03\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\xba\x03\n" +
 	"\vLockService\x12F\n" +
 	"\aAcquire\x12\x1c.fencelock.v1.AcquireRequest\x1a\x1d.fencelock.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.fencelock.v1.RenewRequest\x1a\x1b.fencelock.v1.RenewResponse\x12F\n" +
 	"\aRelease\x12\x1c.fencelock.v1.ReleaseRequest\x1a\x1d.fencelock.v1.ReleaseResponse\x12I\n" +
 	"\bDescribe\x12\x1d.fencelock.v1.DescribeRequest\x1a\x1e.fencelock.v1.DescribeResponse\x12=\n" +
-	"\x04List\x12\x19.fencelock.v1.ListRequest\x1a\x1a.fencelock.v1.ListResponse\x12@\n" +
-	"\x05Batch\x12\x1a.fencelock.v1.BatchRequest\x1a\x1b.fencelock.v1.BatchResponse\x12O\n" +
+	"\x04List\x12\x19.fencelock.v1.ListRequest\x1a\x1a.fencelock.v1.ListResponse\x12O\n" +
 	"\n" +
 	"CancelWait\x12\x1f.fencelock.v1.CancelWaitRequest\x1a .fencelock.v1.CancelWaitResponse2\xd7\x02\n" +
 	"\x0eClusterService\x12C\n" +
@@ -2223,103 +1590,76 @@ func file_fencelock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_fencelock_v1_lock_proto_rawDescData
 }
 
-var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_fencelock_v1_lock_proto_goTypes = []any{
 	(*CancelWaitRequest)(nil),      // 0: fencelock.v1.CancelWaitRequest
 	(*CancelWaitResponse)(nil),     // 1: fencelock.v1.CancelWaitResponse
-	(*BatchRequest)(nil),           // 2: fencelock.v1.BatchRequest
-	(*BatchItem)(nil),              // 3: fencelock.v1.BatchItem
-	(*BatchResponse)(nil),          // 4: fencelock.v1.BatchResponse
-	(*BatchResult)(nil),            // 5: fencelock.v1.BatchResult
-	(*AcquireQueued)(nil),          // 6: fencelock.v1.AcquireQueued
-	(*PipeRequest)(nil),            // 7: fencelock.v1.PipeRequest
-	(*PipeResponse)(nil),           // 8: fencelock.v1.PipeResponse
-	(*BatchError)(nil),             // 9: fencelock.v1.BatchError
-	(*AcquireRequest)(nil),         // 10: fencelock.v1.AcquireRequest
-	(*Grant)(nil),                  // 11: fencelock.v1.Grant
-	(*AcquireResponse)(nil),        // 12: fencelock.v1.AcquireResponse
-	(*RenewRequest)(nil),           // 13: fencelock.v1.RenewRequest
-	(*RenewResponse)(nil),          // 14: fencelock.v1.RenewResponse
-	(*ReleaseRequest)(nil),         // 15: fencelock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 16: fencelock.v1.ReleaseResponse
-	(*DescribeRequest)(nil),        // 17: fencelock.v1.DescribeRequest
-	(*Waiter)(nil),                 // 18: fencelock.v1.Waiter
-	(*LockInfo)(nil),               // 19: fencelock.v1.LockInfo
-	(*DescribeResponse)(nil),       // 20: fencelock.v1.DescribeResponse
-	(*ListRequest)(nil),            // 21: fencelock.v1.ListRequest
-	(*ListResponse)(nil),           // 22: fencelock.v1.ListResponse
-	(*ErrorDetail)(nil),            // 23: fencelock.v1.ErrorDetail
-	(*Member)(nil),                 // 24: fencelock.v1.Member
-	(*StatusRequest)(nil),          // 25: fencelock.v1.StatusRequest
-	(*StatusResponse)(nil),         // 26: fencelock.v1.StatusResponse
-	(*AddMemberRequest)(nil),       // 27: fencelock.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 28: fencelock.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 29: fencelock.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 30: fencelock.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 31: fencelock.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 32: fencelock.v1.TransferLeaderResponse
-	(*durationpb.Duration)(nil),    // 33: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 34: google.protobuf.Timestamp
+	(*AcquireRequest)(nil),         // 2: fencelock.v1.AcquireRequest
+	(*Grant)(nil),                  // 3: fencelock.v1.Grant
+	(*AcquireResponse)(nil),        // 4: fencelock.v1.AcquireResponse
+	(*RenewRequest)(nil),           // 5: fencelock.v1.RenewRequest
+	(*RenewResponse)(nil),          // 6: fencelock.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 7: fencelock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 8: fencelock.v1.ReleaseResponse
+	(*DescribeRequest)(nil),        // 9: fencelock.v1.DescribeRequest
+	(*Waiter)(nil),                 // 10: fencelock.v1.Waiter
+	(*LockInfo)(nil),               // 11: fencelock.v1.LockInfo
+	(*DescribeResponse)(nil),       // 12: fencelock.v1.DescribeResponse
+	(*ListRequest)(nil),            // 13: fencelock.v1.ListRequest
+	(*ListResponse)(nil),           // 14: fencelock.v1.ListResponse
+	(*ErrorDetail)(nil),            // 15: fencelock.v1.ErrorDetail
+	(*Member)(nil),                 // 16: fencelock.v1.Member
+	(*StatusRequest)(nil),          // 17: fencelock.v1.StatusRequest
+	(*StatusResponse)(nil),         // 18: fencelock.v1.StatusResponse
+	(*AddMemberRequest)(nil),       // 19: fencelock.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 20: fencelock.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 21: fencelock.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 22: fencelock.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 23: fencelock.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 24: fencelock.v1.TransferLeaderResponse
+	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
 }
 var file_fencelock_v1_lock_proto_depIdxs = []int32{
-	3,  // 0: fencelock.v1.BatchRequest.items:type_name -> fencelock.v1.BatchItem
-	10, // 1: fencelock.v1.BatchItem.acquire:type_name -> fencelock.v1.AcquireRequest
-	13, // 2: fencelock.v1.BatchItem.renew:type_name -> fencelock.v1.RenewRequest
-	15, // 3: fencelock.v1.BatchItem.release:type_name -> fencelock.v1.ReleaseRequest
-	5,  // 4: fencelock.v1.BatchResponse.results:type_name -> fencelock.v1.BatchResult
-	12, // 5: fencelock.v1.BatchResult.acquire:type_name -> fencelock.v1.AcquireResponse
-	14, // 6: fencelock.v1.BatchResult.renew:type_name -> fencelock.v1.RenewResponse
-	16, // 7: fencelock.v1.BatchResult.release:type_name -> fencelock.v1.ReleaseResponse
-	9,  // 8: fencelock.v1.BatchResult.error:type_name -> fencelock.v1.BatchError
-	6,  // 9: fencelock.v1.BatchResult.queued:type_name -> fencelock.v1.AcquireQueued
-	2,  // 10: fencelock.v1.PipeRequest.batch:type_name -> fencelock.v1.BatchRequest
-	10, // 11: fencelock.v1.PipeRequest.acquire:type_name -> fencelock.v1.AcquireRequest
-	33, // 12: fencelock.v1.PipeRequest.timeout:type_name -> google.protobuf.Duration
-	4,  // 13: fencelock.v1.PipeResponse.batch:type_name -> fencelock.v1.BatchResponse
-	9,  // 14: fencelock.v1.PipeResponse.error:type_name -> fencelock.v1.BatchError
-	12, // 15: fencelock.v1.PipeResponse.acquire:type_name -> fencelock.v1.AcquireResponse
-	23, // 16: fencelock.v1.BatchError.detail:type_name -> fencelock.v1.ErrorDetail
-	33, // 17: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 18: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	33, // 19: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
-	11, // 20: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
-	33, // 21: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
-	33, // 22: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
-	34, // 23: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
-	33, // 24: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
-	18, // 25: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
-	19, // 26: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
-	19, // 27: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
-	34, // 28: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
-	33, // 29: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	24, // 30: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
-	10, // 31: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
-	13, // 32: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
-	15, // 33: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
-	17, // 34: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
-	21, // 35: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
-	2,  // 36: fencelock.v1.LockService.Batch:input_type -> fencelock.v1.BatchRequest
-	0,  // 37: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
-	25, // 38: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
-	27, // 39: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
-	29, // 40: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
-	31, // 41: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
-	12, // 42: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
-	14, // 43: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
-	16, // 44: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
-	20, // 45: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
-	22, // 46: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
-	4,  // 47: fencelock.v1.LockService.Batch:output_type -> fencelock.v1.BatchResponse
-	1,  // 48: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
-	26, // 49: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
-	28, // 50: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
-	30, // 51: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
-	32, // 52: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
-	42, // [42:53] is the sub-list for method output_type
-	31, // [31:42] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	25, // 0: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	25, // 1: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	25, // 2: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
+	3,  // 3: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
+	25, // 4: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
+	25, // 5: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
+	26, // 6: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
+	25, // 7: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
+	10, // 8: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
+	11, // 9: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
+	11, // 10: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
+	26, // 11: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
+	25, // 12: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	16, // 13: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
+	2,  // 14: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
+	5,  // 15: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
+	7,  // 16: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
+	9,  // 17: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
+	13, // 18: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
+	0,  // 19: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
+	17, // 20: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
+	19, // 21: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
+	21, // 22: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
+	23, // 23: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
+	4,  // 24: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
+	6,  // 25: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
+	8,  // 26: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
+	12, // 27: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
+	14, // 28: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
+	1,  // 29: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
+	18, // 30: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
+	20, // 31: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
+	22, // 32: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
+	24, // 33: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
+	24, // [24:34] is the sub-list for method output_type
+	14, // [14:24] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_fencelock_v1_lock_proto_init() }
@@ -2327,25 +1667,13 @@ func file_fencelock_v1_lock_proto_init() {
 	if File_fencelock_v1_lock_proto != nil {
 		return
 	}
-	file_fencelock_v1_lock_proto_msgTypes[3].OneofWrappers = []any{
-		(*BatchItem_Acquire)(nil),
-		(*BatchItem_Renew)(nil),
-		(*BatchItem_Release)(nil),
-	}
-	file_fencelock_v1_lock_proto_msgTypes[5].OneofWrappers = []any{
-		(*BatchResult_Acquire)(nil),
-		(*BatchResult_Renew)(nil),
-		(*BatchResult_Release)(nil),
-		(*BatchResult_Error)(nil),
-		(*BatchResult_Queued)(nil),
-	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fencelock_v1_lock_proto_rawDesc), len(file_fencelock_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   33,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

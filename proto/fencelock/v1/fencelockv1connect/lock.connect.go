@@ -52,8 +52,6 @@ const (
 	LockServiceDescribeProcedure = "/fencelock.v1.LockService/Describe"
 	// LockServiceListProcedure is the fully-qualified name of the LockService's List RPC.
 	LockServiceListProcedure = "/fencelock.v1.LockService/List"
-	// LockServiceBatchProcedure is the fully-qualified name of the LockService's Batch RPC.
-	LockServiceBatchProcedure = "/fencelock.v1.LockService/Batch"
 	// LockServiceCancelWaitProcedure is the fully-qualified name of the LockService's CancelWait RPC.
 	LockServiceCancelWaitProcedure = "/fencelock.v1.LockService/CancelWait"
 	// ClusterServiceStatusProcedure is the fully-qualified name of the ClusterService's Status RPC.
@@ -88,13 +86,6 @@ type LockServiceClient interface {
 	// List returns the locks whose names start with prefix, in name order, one
 	// page at a time.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
-	// Batch runs many Acquire, Renew and Release calls in one request, each as
-	// if it were sent alone, except that an Acquire that joins a wait queue
-	// does not wait here: its result is `queued`, and the caller then waits
-	// with a unary Acquire with the same request_id (which adds no Raft
-	// entry). The Go client sends its concurrent calls this way. At most 1024
-	// items.
-	Batch(context.Context, *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error)
 	// CancelWait takes a request that gave up out of the lock's queue; if it
 	// was granted meanwhile, that grant ends (nobody will use it) and the next
 	// waiter is granted. Errors: not_found (nothing waits or holds under that
@@ -143,12 +134,6 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("List")),
 			connect.WithClientOptions(opts...),
 		),
-		batch: connect.NewClient[v1.BatchRequest, v1.BatchResponse](
-			httpClient,
-			baseURL+LockServiceBatchProcedure,
-			connect.WithSchema(lockServiceMethods.ByName("Batch")),
-			connect.WithClientOptions(opts...),
-		),
 		cancelWait: connect.NewClient[v1.CancelWaitRequest, v1.CancelWaitResponse](
 			httpClient,
 			baseURL+LockServiceCancelWaitProcedure,
@@ -165,7 +150,6 @@ type lockServiceClient struct {
 	release    *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	describe   *connect.Client[v1.DescribeRequest, v1.DescribeResponse]
 	list       *connect.Client[v1.ListRequest, v1.ListResponse]
-	batch      *connect.Client[v1.BatchRequest, v1.BatchResponse]
 	cancelWait *connect.Client[v1.CancelWaitRequest, v1.CancelWaitResponse]
 }
 
@@ -194,11 +178,6 @@ func (c *lockServiceClient) List(ctx context.Context, req *connect.Request[v1.Li
 	return c.list.CallUnary(ctx, req)
 }
 
-// Batch calls fencelock.v1.LockService.Batch.
-func (c *lockServiceClient) Batch(ctx context.Context, req *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error) {
-	return c.batch.CallUnary(ctx, req)
-}
-
 // CancelWait calls fencelock.v1.LockService.CancelWait.
 func (c *lockServiceClient) CancelWait(ctx context.Context, req *connect.Request[v1.CancelWaitRequest]) (*connect.Response[v1.CancelWaitResponse], error) {
 	return c.cancelWait.CallUnary(ctx, req)
@@ -223,13 +202,6 @@ type LockServiceHandler interface {
 	// List returns the locks whose names start with prefix, in name order, one
 	// page at a time.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
-	// Batch runs many Acquire, Renew and Release calls in one request, each as
-	// if it were sent alone, except that an Acquire that joins a wait queue
-	// does not wait here: its result is `queued`, and the caller then waits
-	// with a unary Acquire with the same request_id (which adds no Raft
-	// entry). The Go client sends its concurrent calls this way. At most 1024
-	// items.
-	Batch(context.Context, *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error)
 	// CancelWait takes a request that gave up out of the lock's queue; if it
 	// was granted meanwhile, that grant ends (nobody will use it) and the next
 	// waiter is granted. Errors: not_found (nothing waits or holds under that
@@ -274,12 +246,6 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("List")),
 		connect.WithHandlerOptions(opts...),
 	)
-	lockServiceBatchHandler := connect.NewUnaryHandler(
-		LockServiceBatchProcedure,
-		svc.Batch,
-		connect.WithSchema(lockServiceMethods.ByName("Batch")),
-		connect.WithHandlerOptions(opts...),
-	)
 	lockServiceCancelWaitHandler := connect.NewUnaryHandler(
 		LockServiceCancelWaitProcedure,
 		svc.CancelWait,
@@ -298,8 +264,6 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceDescribeHandler.ServeHTTP(w, r)
 		case LockServiceListProcedure:
 			lockServiceListHandler.ServeHTTP(w, r)
-		case LockServiceBatchProcedure:
-			lockServiceBatchHandler.ServeHTTP(w, r)
 		case LockServiceCancelWaitProcedure:
 			lockServiceCancelWaitHandler.ServeHTTP(w, r)
 		default:
@@ -329,10 +293,6 @@ func (UnimplementedLockServiceHandler) Describe(context.Context, *connect.Reques
 
 func (UnimplementedLockServiceHandler) List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.LockService.List is not implemented"))
-}
-
-func (UnimplementedLockServiceHandler) Batch(context.Context, *connect.Request[v1.BatchRequest]) (*connect.Response[v1.BatchResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.LockService.Batch is not implemented"))
 }
 
 func (UnimplementedLockServiceHandler) CancelWait(context.Context, *connect.Request[v1.CancelWaitRequest]) (*connect.Response[v1.CancelWaitResponse], error) {

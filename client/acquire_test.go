@@ -1,0 +1,199 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+)
+
+// scriptNode is a fake node whose Acquire answers with fn.
+type scriptNode struct {
+	flakyNode
+	fn func(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error)
+}
+
+func (n *scriptNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+	n.mu.Lock()
+	n.acquires++
+	n.reqs = append(n.reqs, r)
+	n.mu.Unlock()
+	return n.fn(ctx, r)
+}
+
+func grantOf(r *fencelockv1.AcquireRequest) *fencelockv1.Grant {
+	return &fencelockv1.Grant{Name: r.Name, Token: 5, LeaseId: "lease-5", Ttl: durationpb.New(10 * time.Second)}
+}
+
+// TestAcquisition_States walks the state machine through each way an
+// acquisition ends, against a fake node.
+func TestAcquisition_States(t *testing.T) {
+	held := &fencelock.LockHeldError{Name: "x", Holder: "other", Token: 3}
+	tests := []struct {
+		name       string
+		wait       time.Duration // < 0: until ctx ends
+		ctxTimeout time.Duration
+		answers    func(call int, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error)
+		want       acquireState
+		wantErr    error
+		wantCancel bool
+	}{
+		{"granted at once", 0, time.Minute, func(int, *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) { return nil, nil },
+			stateGranted, nil, false},
+		{"try-lock refused", 0, time.Minute, func(int, *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) { return nil, held },
+			stateRefused, fencelock.ErrLockHeld, false},
+		{"granted after a wait of two calls", -1, time.Minute, func(call int, _ *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+			if call == 1 {
+				return nil, held
+			}
+			return nil, nil
+		}, stateGranted, nil, false},
+		{"caller gave up", -1, 200 * time.Millisecond, func(_ int, _ *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+			time.Sleep(time.Second)
+			return nil, fmt.Errorf("cut: %w", fencelock.ErrUnavailable)
+		}, stateAbandoned, context.DeadlineExceeded, true},
+		{"invalid", 0, time.Minute, func(int, *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+			return nil, fmt.Errorf("ttl: %w", fencelock.ErrInvalidTTL)
+		}, stateRefused, fencelock.ErrInvalidTTL, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			calls := 0
+			n := &scriptNode{}
+			n.fn = func(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+				mu.Lock()
+				calls++
+				call := calls
+				mu.Unlock()
+				g, err := tt.answers(call, r)
+				if err == nil && g == nil {
+					g = grantOf(r)
+				}
+				return g, err
+			}
+			c := fakeClient(t, n, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), tt.ctxTimeout)
+			defer cancel()
+			var opts []Option
+			if tt.wait >= 0 {
+				opts = append(opts, WithWait(tt.wait))
+			}
+			a, err := c.newAcquisition(ctx, "x", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := a.run(ctx)
+			if l != nil {
+				defer l.Release(context.Background())
+			}
+			if tt.wantErr == nil && err != nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("run = %v, want %v", err, tt.wantErr)
+			}
+			if a.state != tt.want {
+				t.Errorf("state %d, want %d", a.state, tt.want)
+			}
+			c.takeBacks.await(context.Background(), a.o.requestID)
+			if _, cancelled := n.counts(); (len(cancelled) > 0) != tt.wantCancel {
+				t.Errorf("take-backs %v, want one: %v", cancelled, tt.wantCancel)
+			}
+		})
+	}
+}
+
+// TestAcquisition_AsksAgainUntilTheWaitIsOver: a node that ends each call
+// early (its max wait) is asked again, with the same request id, until the
+// caller's wait is over; the last call does not ask to keep the place.
+func TestAcquisition_AsksAgainUntilTheWaitIsOver(t *testing.T) {
+	n := &scriptNode{}
+	n.fn = func(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+		// A node with a short max wait ends each call early.
+		time.Sleep(min(r.Wait.AsDuration(), 100*time.Millisecond))
+		return nil, &fencelock.LockHeldError{Name: fencelock.LockName(r.Name)}
+	}
+	c := fakeClient(t, n, nil)
+	ctx := context.Background()
+	start := time.Now()
+	_, err := c.Acquire(ctx, "x", WithWait(450*time.Millisecond))
+	if elapsed := time.Since(start); elapsed < 450*time.Millisecond {
+		t.Errorf("acquire returned after %v, before its wait of 450ms was over", elapsed)
+	}
+	if !errors.Is(err, fencelock.ErrLockHeld) {
+		t.Fatalf("acquire = %v, want ErrLockHeld", err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.reqs) < 3 {
+		t.Fatalf("%d calls, want one every 100ms", len(n.reqs))
+	}
+	last := n.reqs[len(n.reqs)-1]
+	if last.KeepPlace {
+		t.Errorf("the last call asked to keep the place: nothing asks again after it")
+	}
+	for i, r := range n.reqs {
+		if r.RequestId != n.reqs[0].RequestId {
+			t.Errorf("call %d has request id %q, want %q", i, r.RequestId, n.reqs[0].RequestId)
+		}
+	}
+	if len(n.cancelled) != 0 {
+		t.Errorf("take-backs %v after a wait that ran out: the node already left the queue", n.cancelled)
+	}
+}
+
+// silentNode never answers: a frozen node whose connection the transport's
+// pings close.
+type silentNode struct{ flakyNode }
+
+func (n *silentNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+	n.mu.Lock()
+	n.acquires++
+	n.mu.Unlock()
+	return nil, &noAnswerError{err: errors.New("ping timed out")}
+}
+
+// hintNode is a follower that names leader.
+type hintNode struct {
+	flakyNode
+	leader string
+}
+
+func (n *hintNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+	return nil, wire.NewNotLeader(n.leader, "not the leader")
+}
+
+// TestClient_SkipsASilentNodeThatAFollowerNames: a follower's not_leader
+// hint may name the old leader, which froze; the client does not go back to
+// a node that did not answer, and finds the new leader among the others.
+func TestClient_SkipsASilentNodeThatAFollowerNames(t *testing.T) {
+	frozen := &silentNode{}
+	nodes := map[string]node{
+		"http://a:1": frozen,
+		"http://b:1": &hintNode{leader: "a:1"},
+		"http://c:1": &flakyNode{},
+	}
+	c := quietTestClient(t, "a:1", func(cfg *Config) { cfg.Endpoints = []string{"a:1", "b:1", "c:1"} })
+	c.dial = func(u string) node { return nodes[u] }
+	var eps []*endpoint
+	for _, e := range c.cfg.Endpoints {
+		eps = append(eps, c.newEndpoint(endpointURL(e)))
+	}
+	c.eps.Store(&eps)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if got, _ := frozen.counts(); got != 1 {
+		t.Errorf("the frozen node got %d calls, want 1: the hint naming it was followed", got)
+	}
+}

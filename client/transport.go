@@ -1,0 +1,174 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+)
+
+// node is the client's seam to one node of the service: one method per
+// operation, each a single attempt. Errors wrap fencelock's sentinels (see
+// internal/wire); an error wrapping errNoAnswer means the node did not
+// answer at all (a broken connection, a dial that failed). Implementations
+// are safe for concurrent use.
+type node interface {
+	acquire(ctx context.Context, req *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error)
+	renew(ctx context.Context, req *fencelockv1.RenewRequest) (time.Duration, error)
+	release(ctx context.Context, req *fencelockv1.ReleaseRequest) error
+	cancelWait(ctx context.Context, name, rid string) error
+	describe(ctx context.Context, name string) (*fencelockv1.LockInfo, error)
+	list(ctx context.Context, req *fencelockv1.ListRequest) (*fencelockv1.ListResponse, error)
+}
+
+// errNoAnswer: the node did not answer (network error, broken connection).
+var errNoAnswer = errors.New("no answer")
+
+// Timeouts of the default transport. A node that is frozen (SIGSTOP, a
+// stalled VM) still has its TCP connections accepted by the kernel, so the
+// client finds it out with HTTP/2 pings: a connection that receives nothing
+// for pingAfter is pinged, and closed when no answer comes within
+// pingTimeout, failing the calls on it, however long they meant to wait.
+const (
+	dialTimeout = time.Second
+	pingAfter   = time.Second
+	pingTimeout = 2 * time.Second
+)
+
+// newTransport returns the default HTTP transport: HTTP/2 for every
+// endpoint, without TLS (h2c) for http:// URLs, many calls multiplexed on
+// each connection. golang.org/x/net/http2 dials one connection at a time
+// per node, also when thousands of calls start at once, and a new one only
+// when the node's limit of calls per connection is reached.
+func newTransport() http.RoundTripper {
+	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
+	h2c := &http2.Transport{
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return dial(ctx, network, addr)
+		},
+		ReadIdleTimeout: pingAfter,
+		PingTimeout:     pingTimeout,
+	}
+	h2 := &http2.Transport{ReadIdleTimeout: pingAfter, PingTimeout: pingTimeout}
+	return schemes{"http": h2c, "https": h2}
+}
+
+// schemes routes a request by its URL's scheme.
+type schemes map[string]*http2.Transport
+
+func (s schemes) RoundTrip(r *http.Request) (*http.Response, error) {
+	if t := s[r.URL.Scheme]; t != nil {
+		return t.RoundTrip(r)
+	}
+	return nil, fmt.Errorf("endpoint scheme %q: want http or https", r.URL.Scheme)
+}
+
+// CloseIdleConnections closes every idle connection.
+func (s schemes) CloseIdleConnections() {
+	for _, t := range s {
+		t.CloseIdleConnections()
+	}
+}
+
+// connectNode is node over Connect's protocol, on hc.
+type connectNode struct {
+	rpc fencelockv1connect.LockServiceClient
+}
+
+func newConnectNode(hc *http.Client, url string) *connectNode {
+	return &connectNode{rpc: fencelockv1connect.NewLockServiceClient(hc, url)}
+}
+
+var _ node = (*connectNode)(nil)
+
+// fromWire converts a Connect error into the seam's errors.
+func fromWire(err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) && len(ce.Details()) == 0 && isTransportFailure(ce) {
+		return &noAnswerError{err: wire.FromConnect(err)}
+	}
+	if !errors.As(err, &ce) && isNetErr(err) {
+		return &noAnswerError{err: err}
+	}
+	return wire.FromConnect(err)
+}
+
+// isTransportFailure reports whether ce was made by the client's side of
+// the connection, not sent by a node (whose errors carry a detail).
+func isTransportFailure(ce *connect.Error) bool {
+	return ce.Code() == connect.CodeUnavailable || ce.Code() == connect.CodeUnknown && isNetErr(ce)
+}
+
+func isNetErr(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe)
+}
+
+// noAnswerError wraps errNoAnswer and fencelock.ErrUnavailable.
+type noAnswerError struct{ err error }
+
+func (e *noAnswerError) Error() string { return "no answer: " + e.err.Error() }
+func (e *noAnswerError) Unwrap() []error {
+	return []error{errNoAnswer, fencelock.ErrUnavailable, e.err}
+}
+
+func (n *connectNode) acquire(ctx context.Context, req *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+	resp, err := n.rpc.Acquire(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, fromWire(err)
+	}
+	return resp.Msg.Grant, nil
+}
+
+func (n *connectNode) renew(ctx context.Context, req *fencelockv1.RenewRequest) (time.Duration, error) {
+	resp, err := n.rpc.Renew(ctx, connect.NewRequest(req))
+	if err != nil {
+		return 0, fromWire(err)
+	}
+	return resp.Msg.Ttl.AsDuration(), nil
+}
+
+func (n *connectNode) release(ctx context.Context, req *fencelockv1.ReleaseRequest) error {
+	_, err := n.rpc.Release(ctx, connect.NewRequest(req))
+	if err != nil {
+		return fromWire(err)
+	}
+	return nil
+}
+
+func (n *connectNode) cancelWait(ctx context.Context, name, rid string) error {
+	_, err := n.rpc.CancelWait(ctx, connect.NewRequest(&fencelockv1.CancelWaitRequest{Name: name, RequestId: rid}))
+	if err != nil {
+		return fromWire(err)
+	}
+	return nil
+}
+
+func (n *connectNode) describe(ctx context.Context, name string) (*fencelockv1.LockInfo, error) {
+	resp, err := n.rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: name}))
+	if err != nil {
+		return nil, fromWire(err)
+	}
+	return resp.Msg.Lock, nil
+}
+
+func (n *connectNode) list(ctx context.Context, req *fencelockv1.ListRequest) (*fencelockv1.ListResponse, error) {
+	resp, err := n.rpc.List(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, fromWire(err)
+	}
+	return resp.Msg, nil
+}

@@ -1,0 +1,288 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fsm"
+)
+
+// Grace periods of a request that no call waits for, before the leader
+// takes it back.
+const (
+	// callGrace follows the end of the last call that waited for a
+	// request: its caller went away, its connection broke, or one call of
+	// a long wait ended and the next is on its way. A client that is
+	// still there comes back with the same request id well within it.
+	callGrace = 3 * time.Second
+	// leaderGrace is given to every queued request when a node becomes
+	// leader: their callers were waiting on the old leader and must find
+	// this one first.
+	leaderGrace = 10 * time.Second
+)
+
+// claims ties each request that may wait on this leader to the Acquire
+// calls waiting for it, by lock name and request id. A request that no call
+// waits for is taken back after a grace: taken out of its queue, or, if it
+// was granted while nobody waited, its grant ends. So a caller that is gone
+// (its context ended, its stream or connection closed) leaves nothing
+// queued and nothing granted to nobody, whatever route its request took.
+type claims struct {
+	s  *Server
+	mu sync.Mutex
+	m  map[claimKey]*claim
+}
+
+type claimKey struct {
+	name fencelock.LockName
+	rid  string
+}
+
+// claim is one request's entry. It is in claims.m from the first call for
+// the request until the request is handed to a caller or taken back.
+type claim struct {
+	key   claimKey
+	calls map[*call]struct{}
+	// grant is a grant made while no call waited; the next call gets it.
+	grant *fsm.Holder
+	// unknown: a call's entry for this request may still commit (its
+	// outcome was not learnt), so the take-back proposes a cancel without
+	// looking first.
+	unknown bool
+	reaping bool        // the take-back is under way; calls are refused
+	timer   *time.Timer // the take-back's timer while no call waits
+}
+
+// call is one Acquire call waiting for a request.
+type call struct {
+	c  *claim
+	ch chan waitEvent // buffered: deliveries never block
+}
+
+// waitEvent ends a wait: the grant, or why the call must stop waiting here.
+type waitEvent struct {
+	h   fsm.Holder
+	err error // errSteppedDown or errDropped; h is then empty
+}
+
+var (
+	// errSteppedDown: this node stopped being the leader; the caller
+	// answers not_leader and its client asks the new leader with the same
+	// request id, where the request keeps its place.
+	errSteppedDown = errors.New("stopped being the leader")
+	// errDropped: the request was taken out of its queue (CancelWait).
+	errDropped = errors.New("the request was taken out of the queue")
+	// errBeingTakenBack: a call came for a request being taken back; it
+	// asks again, and then finds the request id free.
+	errBeingTakenBack = errors.New("the request is being taken back")
+)
+
+func newClaims(s *Server) *claims { return &claims{s: s, m: make(map[claimKey]*claim)} }
+
+// attach registers a call for request rid of name. A grant made while no
+// call waited is already in the call's channel. errBeingTakenBack: the
+// request is being taken back; nothing is registered.
+func (cs *claims) attach(name fencelock.LockName, rid string) (*call, error) {
+	k := claimKey{name, rid}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c := cs.m[k]
+	if c == nil {
+		c = &claim{key: k, calls: make(map[*call]struct{})}
+		cs.m[k] = c
+	}
+	if c.reaping {
+		return nil, errBeingTakenBack
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+	cl := &call{c: c, ch: make(chan waitEvent, 1)}
+	if c.grant != nil {
+		cl.ch <- waitEvent{h: *c.grant}
+	}
+	c.calls[cl] = struct{}{}
+	return cl, nil
+}
+
+// handed records that cl's caller got the request's grant: the request is
+// the caller's now, and nothing is taken back.
+func (cs *claims) handed(cl *call) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.m[cl.c.key] == cl.c {
+		delete(cs.m, cl.c.key)
+	}
+}
+
+// detach ends cl's wait. unknown: cl's entry may still commit. When no
+// call waits any more, the request is taken back after grace (at once, before
+// detach returns, if grace is 0), unless a call comes for it first; a
+// request that is neither queued nor held (a refused try-lock) is simply
+// forgotten.
+func (cs *claims) detach(cl *call, grace time.Duration, unknown bool) {
+	cs.mu.Lock()
+	c := cl.c
+	delete(c.calls, cl)
+	c.unknown = c.unknown || unknown
+	if cs.m[c.key] != c || len(c.calls) > 0 || c.reaping {
+		cs.mu.Unlock()
+		return
+	}
+	if !c.unknown && c.grant == nil && !cs.s.fsm.Holds(c.key.name, c.key.rid) {
+		delete(cs.m, c.key) // nothing of it on the node
+		cs.mu.Unlock()
+		return
+	}
+	if grace > 0 {
+		cs.armLocked(c, grace)
+		cs.mu.Unlock()
+		return
+	}
+	cs.mu.Unlock()
+	cs.reap(c)
+}
+
+// orphan gives request rid of name, which no call waits for, a grace
+// before it is taken back (a new leader's queued requests).
+func (cs *claims) orphan(name fencelock.LockName, rid string, grace time.Duration) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	k := claimKey{name, rid}
+	if cs.m[k] != nil {
+		return
+	}
+	c := &claim{key: k, calls: make(map[*call]struct{})}
+	cs.m[k] = c
+	cs.armLocked(c, grace)
+}
+
+func (cs *claims) armLocked(c *claim, grace time.Duration) {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.timer = time.AfterFunc(grace, func() { cs.reap(c) })
+}
+
+// reap takes c's request back if still no call waits for it: a cancel
+// entry, proposed until it commits or this node stops leading (the next
+// leader gives the request a grace of its own). Calls that come meanwhile
+// are refused, so none is handed a grant the cancel then ends.
+func (cs *claims) reap(c *claim) {
+	cs.mu.Lock()
+	if cs.m[c.key] != c || len(c.calls) > 0 || c.reaping {
+		cs.mu.Unlock()
+		return
+	}
+	c.reaping, c.timer = true, nil
+	cs.mu.Unlock()
+	defer func() {
+		cs.mu.Lock()
+		if cs.m[c.key] == c {
+			delete(cs.m, c.key)
+		}
+		cs.mu.Unlock()
+	}()
+	s := cs.s
+	for backoff := 50 * time.Millisecond; s.ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+		res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: c.key.name, RequestID: c.key.rid})
+		cancel()
+		switch {
+		case err == nil:
+			if res.Err == nil {
+				s.metrics.takenBack.Inc()
+				s.log.Debug("took back a request nobody waits for", "lock", c.key.name)
+			}
+			return
+		case errors.Is(err, fencelock.ErrNotLeader):
+			return
+		}
+		s.metrics.takeBackRetries.Inc()
+		s.log.Warn("taking back a request nobody waits for failed; retrying", "lock", c.key.name, "err", err)
+		select {
+		case <-s.ctx.Done():
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// deliver hands grant h to the calls waiting for its request, or keeps it
+// for the next call if none does. It never blocks.
+func (cs *claims) deliver(name fencelock.LockName, h fsm.Holder) {
+	if h.RequestID == "" {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c := cs.m[claimKey{name, h.RequestID}]
+	if c == nil {
+		return
+	}
+	if len(c.calls) == 0 {
+		c.grant = &h
+		return
+	}
+	for cl := range c.calls {
+		send(cl.ch, waitEvent{h: h})
+	}
+}
+
+// drop ends the calls waiting for request rid with errDropped, after a
+// cancel of it committed. The claim stays while calls are attached: an
+// entry of one of them may still queue the request anew, and their detach
+// then takes it back.
+func (cs *claims) drop(name fencelock.LockName, rid string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	k := claimKey{name, rid}
+	c := cs.m[k]
+	if c == nil || c.reaping {
+		return
+	}
+	c.grant = nil
+	for cl := range c.calls {
+		send(cl.ch, waitEvent{err: errDropped})
+	}
+	if len(c.calls) == 0 {
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		delete(cs.m, k)
+	}
+}
+
+// failAll ends every wait with errSteppedDown and forgets every claim: the
+// next leader gives the queued requests a grace of its own.
+func (cs *claims) failAll() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for k, c := range cs.m {
+		for cl := range c.calls {
+			send(cl.ch, waitEvent{err: errSteppedDown})
+		}
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		delete(cs.m, k)
+	}
+}
+
+// len returns the number of requests with a claim.
+func (cs *claims) len() int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.m)
+}
+
+// send puts ev in ch unless an earlier event (a grant) is there; it wins.
+func send(ch chan waitEvent, ev waitEvent) {
+	select {
+	case ch <- ev:
+	default:
+	}
+}
