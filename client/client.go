@@ -130,7 +130,7 @@ func NewFromConfig(cfg Config) (*Client, error) {
 		tr := newTransport()
 		c.hc, c.close = &http.Client{Transport: tr}, tr.(schemes).CloseIdleConnections
 	}
-	c.dial = func(url string) node { return newConnectNode(c.hc, url) }
+	c.dial = func(url string) node { return newSessionNode(newConnectNode(c.hc, url)) }
 	var eps []*endpoint
 	for _, e := range cfg.Endpoints {
 		eps = append(eps, c.newEndpoint(endpointURL(e)))
@@ -148,9 +148,14 @@ func endpointURL(e string) string {
 	return u
 }
 
-// Close closes the client's idle connections. Held locks are not
-// released.
+// Close ends the client's streams and closes its idle connections; calls
+// still out fail. Held locks are not released.
 func (c *Client) Close() error {
+	for _, ep := range *c.eps.Load() {
+		if s, ok := ep.node.(interface{ close() }); ok {
+			s.close()
+		}
+	}
 	c.close()
 	return nil
 }

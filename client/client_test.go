@@ -63,6 +63,7 @@ func quietClient(tb testing.TB, addr string) *client.Client {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() { c.Close() })
 	return c
 }
 
@@ -284,8 +285,8 @@ func TestClient_ConcurrentCallsGetDistinctGrants(t *testing.T) {
 	}
 }
 
-// slowAcquires delays every Acquire request on its way to the node, so a
-// caller can give up while it is out.
+// slowAcquires delays every Session stream (which carries acquires) on its
+// way to the node, so a caller can give up while its call is out.
 type slowAcquires struct {
 	delay time.Duration
 	sent  atomic.Int32
@@ -293,7 +294,7 @@ type slowAcquires struct {
 }
 
 func (s *slowAcquires) RoundTrip(r *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(r.URL.Path, "/Acquire") {
+	if strings.HasSuffix(r.URL.Path, "/Session") {
 		s.sent.Add(1)
 		time.Sleep(s.delay)
 	}

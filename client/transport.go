@@ -82,7 +82,8 @@ func (s schemes) CloseIdleConnections() {
 	}
 }
 
-// connectNode is node over Connect's protocol, on hc.
+// connectNode holds the unary calls of node, over Connect on hc
+// (sessionNode adds the rest).
 type connectNode struct {
 	rpc fencelockv1connect.LockServiceClient
 }
@@ -90,8 +91,6 @@ type connectNode struct {
 func newConnectNode(hc *http.Client, url string) *connectNode {
 	return &connectNode{rpc: fencelockv1connect.NewLockServiceClient(hc, url)}
 }
-
-var _ node = (*connectNode)(nil)
 
 // fromWire converts a Connect error into the seam's errors.
 func fromWire(err error) error {
@@ -123,38 +122,6 @@ type noAnswerError struct{ err error }
 func (e *noAnswerError) Error() string { return "no answer: " + e.err.Error() }
 func (e *noAnswerError) Unwrap() []error {
 	return []error{errNoAnswer, fencelock.ErrUnavailable, e.err}
-}
-
-func (n *connectNode) acquire(ctx context.Context, req *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
-	resp, err := n.rpc.Acquire(ctx, connect.NewRequest(req))
-	if err != nil {
-		return nil, fromWire(err)
-	}
-	return resp.Msg.Grant, nil
-}
-
-func (n *connectNode) renew(ctx context.Context, req *fencelockv1.RenewRequest) (time.Duration, error) {
-	resp, err := n.rpc.Renew(ctx, connect.NewRequest(req))
-	if err != nil {
-		return 0, fromWire(err)
-	}
-	return resp.Msg.Ttl.AsDuration(), nil
-}
-
-func (n *connectNode) release(ctx context.Context, req *fencelockv1.ReleaseRequest) error {
-	_, err := n.rpc.Release(ctx, connect.NewRequest(req))
-	if err != nil {
-		return fromWire(err)
-	}
-	return nil
-}
-
-func (n *connectNode) cancelWait(ctx context.Context, name, rid string) error {
-	_, err := n.rpc.CancelWait(ctx, connect.NewRequest(&fencelockv1.CancelWaitRequest{Name: name, RequestId: rid}))
-	if err != nil {
-		return fromWire(err)
-	}
-	return nil
 }
 
 func (n *connectNode) describe(ctx context.Context, name string) (*fencelockv1.LockInfo, error) {

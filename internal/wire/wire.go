@@ -104,6 +104,31 @@ func fromDetail(msg string, d *fencelockv1.ErrorDetail) error {
 	return &remoteError{msg: msg, sentinel: sentinel}
 }
 
+// ToStatus is ToConnect for one call of a Session stream.
+func ToStatus(err error) *fencelockv1.Status {
+	var ce *connect.Error
+	errors.As(ToConnect(err), &ce)
+	st := &fencelockv1.Status{Code: ce.Code().String(), Message: err.Error()}
+	if code := fencelock.Code(err); code != "" {
+		st.Detail = detailOf(code, err)
+	}
+	return st
+}
+
+// FromStatus is FromConnect for one call of a Session stream.
+func FromStatus(st *fencelockv1.Status) error {
+	if st.GetDetail() != nil {
+		if err := fromDetail(st.GetMessage(), st.Detail); err != nil {
+			return err
+		}
+	}
+	var code connect.Code
+	if err := code.UnmarshalText([]byte(st.GetCode())); err != nil {
+		code = connect.CodeUnknown
+	}
+	return FromConnect(connect.NewError(code, errors.New(st.GetMessage())))
+}
+
 // FromConnect converts an error returned by a Connect call back into an
 // error wrapping the fencelock sentinel it was made from. Network errors and
 // errors without a fencelock code whose Connect code is Unavailable wrap

@@ -30,6 +30,432 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Calls []*Call                `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	// Calls whose callers gave up: each ends as a unary call whose client
+	// went away, and is answered through its own id.
+	Cancel        []uint64 `protobuf:"varint,2,rep,packed,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SessionRequest) GetCalls() []*Call {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetCancel() []uint64 {
+	if x != nil {
+		return x.Cancel
+	}
+	return nil
+}
+
+// Call is one call of a Session stream.
+type Call struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unique on the stream while the call runs.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*Call_Acquire
+	//	*Call_Renew
+	//	*Call_Release
+	//	*Call_CancelWait
+	Op            isCall_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Call) Reset() {
+	*x = Call{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Call) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Call) ProtoMessage() {}
+
+func (x *Call) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Call.ProtoReflect.Descriptor instead.
+func (*Call) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Call) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Call) GetOp() isCall_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *Call) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Call_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *Call) GetRenew() *RenewRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Call_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *Call) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Call_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *Call) GetCancelWait() *CancelWaitRequest {
+	if x != nil {
+		if x, ok := x.Op.(*Call_CancelWait); ok {
+			return x.CancelWait
+		}
+	}
+	return nil
+}
+
+type isCall_Op interface {
+	isCall_Op()
+}
+
+type Call_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type Call_Renew struct {
+	Renew *RenewRequest `protobuf:"bytes,3,opt,name=renew,proto3,oneof"`
+}
+
+type Call_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,4,opt,name=release,proto3,oneof"`
+}
+
+type Call_CancelWait struct {
+	CancelWait *CancelWaitRequest `protobuf:"bytes,5,opt,name=cancel_wait,json=cancelWait,proto3,oneof"`
+}
+
+func (*Call_Acquire) isCall_Op() {}
+
+func (*Call_Renew) isCall_Op() {}
+
+func (*Call_Release) isCall_Op() {}
+
+func (*Call_CancelWait) isCall_Op() {}
+
+type SessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Results of calls that ended, in any order.
+	Results       []*Result `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SessionResponse) GetResults() []*Result {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// Result is one call's answer.
+type Result struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*Result_Acquire
+	//	*Result_Renew
+	//	*Result_Release
+	//	*Result_CancelWait
+	//	*Result_Error
+	Result        isResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Result) Reset() {
+	*x = Result{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Result) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Result) ProtoMessage() {}
+
+func (x *Result) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Result.ProtoReflect.Descriptor instead.
+func (*Result) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Result) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Result) GetResult() isResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *Result) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*Result_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetRenew() *RenewResponse {
+	if x != nil {
+		if x, ok := x.Result.(*Result_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*Result_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetCancelWait() *CancelWaitResponse {
+	if x != nil {
+		if x, ok := x.Result.(*Result_CancelWait); ok {
+			return x.CancelWait
+		}
+	}
+	return nil
+}
+
+func (x *Result) GetError() *Status {
+	if x != nil {
+		if x, ok := x.Result.(*Result_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isResult_Result interface {
+	isResult_Result()
+}
+
+type Result_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type Result_Renew struct {
+	Renew *RenewResponse `protobuf:"bytes,3,opt,name=renew,proto3,oneof"`
+}
+
+type Result_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,4,opt,name=release,proto3,oneof"`
+}
+
+type Result_CancelWait struct {
+	CancelWait *CancelWaitResponse `protobuf:"bytes,5,opt,name=cancel_wait,json=cancelWait,proto3,oneof"`
+}
+
+type Result_Error struct {
+	// What the unary method would have failed with.
+	Error *Status `protobuf:"bytes,6,opt,name=error,proto3,oneof"`
+}
+
+func (*Result_Acquire) isResult_Result() {}
+
+func (*Result_Renew) isResult_Result() {}
+
+func (*Result_Release) isResult_Result() {}
+
+func (*Result_CancelWait) isResult_Result() {}
+
+func (*Result_Error) isResult_Result() {}
+
+// Status is an error as a unary call would carry it.
+type Status struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Connect code name ("unavailable", "already_exists", ...).
+	Code    string `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// Set for errors with a fencelock code.
+	Detail        *ErrorDetail `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Status) Reset() {
+	*x = Status{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Status) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Status) ProtoMessage() {}
+
+func (x *Status) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Status.ProtoReflect.Descriptor instead.
+func (*Status) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Status) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *Status) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Status) GetDetail() *ErrorDetail {
+	if x != nil {
+		return x.Detail
+	}
+	return nil
+}
+
 type CancelWaitRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -40,7 +466,7 @@ type CancelWaitRequest struct {
 
 func (x *CancelWaitRequest) Reset() {
 	*x = CancelWaitRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +478,7 @@ func (x *CancelWaitRequest) String() string {
 func (*CancelWaitRequest) ProtoMessage() {}
 
 func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +491,7 @@ func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWaitRequest.ProtoReflect.Descriptor instead.
 func (*CancelWaitRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{0}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CancelWaitRequest) GetName() string {
@@ -90,7 +516,7 @@ type CancelWaitResponse struct {
 
 func (x *CancelWaitResponse) Reset() {
 	*x = CancelWaitResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -102,7 +528,7 @@ func (x *CancelWaitResponse) String() string {
 func (*CancelWaitResponse) ProtoMessage() {}
 
 func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -115,7 +541,7 @@ func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWaitResponse.ProtoReflect.Descriptor instead.
 func (*CancelWaitResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{1}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{6}
 }
 
 type AcquireRequest struct {
@@ -142,7 +568,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -154,7 +580,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -167,7 +593,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{2}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AcquireRequest) GetName() string {
@@ -226,7 +652,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +664,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +677,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{3}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Grant) GetName() string {
@@ -291,7 +717,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +729,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +742,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{4}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AcquireResponse) GetGrant() *Grant {
@@ -337,7 +763,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +775,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +788,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{5}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RenewRequest) GetName() string {
@@ -395,7 +821,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +833,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +846,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RenewResponse) GetTtl() *durationpb.Duration {
@@ -441,7 +867,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +879,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +892,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -498,7 +924,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +936,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +949,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 type DescribeRequest struct {
@@ -535,7 +961,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +973,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +986,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -580,7 +1006,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +1018,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +1031,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Waiter) GetHolder() string {
@@ -637,7 +1063,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +1075,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +1088,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LockInfo) GetName() string {
@@ -716,7 +1142,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +1154,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +1167,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DescribeResponse) GetLock() *LockInfo {
@@ -764,7 +1190,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +1202,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +1215,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -823,7 +1249,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +1261,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +1274,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -883,7 +1309,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1321,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1334,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -966,7 +1392,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1404,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1417,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Member) GetId() string {
@@ -1037,7 +1463,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1475,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1488,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 type StatusResponse struct {
@@ -1088,7 +1514,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1526,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1539,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -1211,7 +1637,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1223,7 +1649,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1236,7 +1662,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -1268,7 +1694,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1706,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1719,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{25}
 }
 
 type RemoveMemberRequest struct {
@@ -1305,7 +1731,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1743,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1756,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -1348,7 +1774,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1786,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1799,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{27}
 }
 
 type TransferLeaderRequest struct {
@@ -1385,7 +1811,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1823,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1836,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -1429,7 +1855,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1867,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1880,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -1468,7 +1894,33 @@ var File_fencelock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x17fencelock/v1/lock.proto\x12\ffencelock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"F\n" +
+	"\x17fencelock/v1/lock.proto\x12\ffencelock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n" +
+	"\x0eSessionRequest\x12(\n" +
+	"\x05calls\x18\x01 \x03(\v2\x12.fencelock.v1.CallR\x05calls\x12\x16\n" +
+	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\"\x88\x02\n" +
+	"\x04Call\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
+	"\aacquire\x18\x02 \x01(\v2\x1c.fencelock.v1.AcquireRequestH\x00R\aacquire\x122\n" +
+	"\x05renew\x18\x03 \x01(\v2\x1a.fencelock.v1.RenewRequestH\x00R\x05renew\x128\n" +
+	"\arelease\x18\x04 \x01(\v2\x1c.fencelock.v1.ReleaseRequestH\x00R\arelease\x12B\n" +
+	"\vcancel_wait\x18\x05 \x01(\v2\x1f.fencelock.v1.CancelWaitRequestH\x00R\n" +
+	"cancelWaitB\x04\n" +
+	"\x02op\"A\n" +
+	"\x0fSessionResponse\x12.\n" +
+	"\aresults\x18\x01 \x03(\v2\x14.fencelock.v1.ResultR\aresults\"\xc0\x02\n" +
+	"\x06Result\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x129\n" +
+	"\aacquire\x18\x02 \x01(\v2\x1d.fencelock.v1.AcquireResponseH\x00R\aacquire\x123\n" +
+	"\x05renew\x18\x03 \x01(\v2\x1b.fencelock.v1.RenewResponseH\x00R\x05renew\x129\n" +
+	"\arelease\x18\x04 \x01(\v2\x1d.fencelock.v1.ReleaseResponseH\x00R\arelease\x12C\n" +
+	"\vcancel_wait\x18\x05 \x01(\v2 .fencelock.v1.CancelWaitResponseH\x00R\n" +
+	"cancelWait\x12,\n" +
+	"\x05error\x18\x06 \x01(\v2\x14.fencelock.v1.StatusH\x00R\x05errorB\b\n" +
+	"\x06result\"i\n" +
+	"\x06Status\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x121\n" +
+	"\x06detail\x18\x03 \x01(\v2\x19.fencelock.v1.ErrorDetailR\x06detail\"F\n" +
 	"\x11CancelWaitRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -1563,13 +2015,14 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x15TransferLeaderRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"5\n" +
 	"\x16TransferLeaderResponse\x12\x1b\n" +
-	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\xba\x03\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\x86\x04\n" +
 	"\vLockService\x12F\n" +
 	"\aAcquire\x12\x1c.fencelock.v1.AcquireRequest\x1a\x1d.fencelock.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.fencelock.v1.RenewRequest\x1a\x1b.fencelock.v1.RenewResponse\x12F\n" +
 	"\aRelease\x12\x1c.fencelock.v1.ReleaseRequest\x1a\x1d.fencelock.v1.ReleaseResponse\x12I\n" +
 	"\bDescribe\x12\x1d.fencelock.v1.DescribeRequest\x1a\x1e.fencelock.v1.DescribeResponse\x12=\n" +
-	"\x04List\x12\x19.fencelock.v1.ListRequest\x1a\x1a.fencelock.v1.ListResponse\x12O\n" +
+	"\x04List\x12\x19.fencelock.v1.ListRequest\x1a\x1a.fencelock.v1.ListResponse\x12J\n" +
+	"\aSession\x12\x1c.fencelock.v1.SessionRequest\x1a\x1d.fencelock.v1.SessionResponse(\x010\x01\x12O\n" +
 	"\n" +
 	"CancelWait\x12\x1f.fencelock.v1.CancelWaitRequest\x1a .fencelock.v1.CancelWaitResponse2\xd7\x02\n" +
 	"\x0eClusterService\x12C\n" +
@@ -1590,76 +2043,95 @@ func file_fencelock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_fencelock_v1_lock_proto_rawDescData
 }
 
-var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_fencelock_v1_lock_proto_goTypes = []any{
-	(*CancelWaitRequest)(nil),      // 0: fencelock.v1.CancelWaitRequest
-	(*CancelWaitResponse)(nil),     // 1: fencelock.v1.CancelWaitResponse
-	(*AcquireRequest)(nil),         // 2: fencelock.v1.AcquireRequest
-	(*Grant)(nil),                  // 3: fencelock.v1.Grant
-	(*AcquireResponse)(nil),        // 4: fencelock.v1.AcquireResponse
-	(*RenewRequest)(nil),           // 5: fencelock.v1.RenewRequest
-	(*RenewResponse)(nil),          // 6: fencelock.v1.RenewResponse
-	(*ReleaseRequest)(nil),         // 7: fencelock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 8: fencelock.v1.ReleaseResponse
-	(*DescribeRequest)(nil),        // 9: fencelock.v1.DescribeRequest
-	(*Waiter)(nil),                 // 10: fencelock.v1.Waiter
-	(*LockInfo)(nil),               // 11: fencelock.v1.LockInfo
-	(*DescribeResponse)(nil),       // 12: fencelock.v1.DescribeResponse
-	(*ListRequest)(nil),            // 13: fencelock.v1.ListRequest
-	(*ListResponse)(nil),           // 14: fencelock.v1.ListResponse
-	(*ErrorDetail)(nil),            // 15: fencelock.v1.ErrorDetail
-	(*Member)(nil),                 // 16: fencelock.v1.Member
-	(*StatusRequest)(nil),          // 17: fencelock.v1.StatusRequest
-	(*StatusResponse)(nil),         // 18: fencelock.v1.StatusResponse
-	(*AddMemberRequest)(nil),       // 19: fencelock.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 20: fencelock.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 21: fencelock.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 22: fencelock.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 23: fencelock.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 24: fencelock.v1.TransferLeaderResponse
-	(*durationpb.Duration)(nil),    // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*SessionRequest)(nil),         // 0: fencelock.v1.SessionRequest
+	(*Call)(nil),                   // 1: fencelock.v1.Call
+	(*SessionResponse)(nil),        // 2: fencelock.v1.SessionResponse
+	(*Result)(nil),                 // 3: fencelock.v1.Result
+	(*Status)(nil),                 // 4: fencelock.v1.Status
+	(*CancelWaitRequest)(nil),      // 5: fencelock.v1.CancelWaitRequest
+	(*CancelWaitResponse)(nil),     // 6: fencelock.v1.CancelWaitResponse
+	(*AcquireRequest)(nil),         // 7: fencelock.v1.AcquireRequest
+	(*Grant)(nil),                  // 8: fencelock.v1.Grant
+	(*AcquireResponse)(nil),        // 9: fencelock.v1.AcquireResponse
+	(*RenewRequest)(nil),           // 10: fencelock.v1.RenewRequest
+	(*RenewResponse)(nil),          // 11: fencelock.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 12: fencelock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 13: fencelock.v1.ReleaseResponse
+	(*DescribeRequest)(nil),        // 14: fencelock.v1.DescribeRequest
+	(*Waiter)(nil),                 // 15: fencelock.v1.Waiter
+	(*LockInfo)(nil),               // 16: fencelock.v1.LockInfo
+	(*DescribeResponse)(nil),       // 17: fencelock.v1.DescribeResponse
+	(*ListRequest)(nil),            // 18: fencelock.v1.ListRequest
+	(*ListResponse)(nil),           // 19: fencelock.v1.ListResponse
+	(*ErrorDetail)(nil),            // 20: fencelock.v1.ErrorDetail
+	(*Member)(nil),                 // 21: fencelock.v1.Member
+	(*StatusRequest)(nil),          // 22: fencelock.v1.StatusRequest
+	(*StatusResponse)(nil),         // 23: fencelock.v1.StatusResponse
+	(*AddMemberRequest)(nil),       // 24: fencelock.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 25: fencelock.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 26: fencelock.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 27: fencelock.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 28: fencelock.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 29: fencelock.v1.TransferLeaderResponse
+	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
 }
 var file_fencelock_v1_lock_proto_depIdxs = []int32{
-	25, // 0: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	25, // 1: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	25, // 2: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
-	3,  // 3: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
-	25, // 4: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
-	25, // 5: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
-	26, // 6: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
-	25, // 7: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
-	10, // 8: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
-	11, // 9: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
-	11, // 10: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
-	26, // 11: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
-	25, // 12: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	16, // 13: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
-	2,  // 14: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
-	5,  // 15: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
-	7,  // 16: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
-	9,  // 17: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
-	13, // 18: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
-	0,  // 19: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
-	17, // 20: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
-	19, // 21: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
-	21, // 22: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
-	23, // 23: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
-	4,  // 24: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
-	6,  // 25: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
-	8,  // 26: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
-	12, // 27: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
-	14, // 28: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
-	1,  // 29: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
-	18, // 30: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
-	20, // 31: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
-	22, // 32: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
-	24, // 33: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
-	24, // [24:34] is the sub-list for method output_type
-	14, // [14:24] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	1,  // 0: fencelock.v1.SessionRequest.calls:type_name -> fencelock.v1.Call
+	7,  // 1: fencelock.v1.Call.acquire:type_name -> fencelock.v1.AcquireRequest
+	10, // 2: fencelock.v1.Call.renew:type_name -> fencelock.v1.RenewRequest
+	12, // 3: fencelock.v1.Call.release:type_name -> fencelock.v1.ReleaseRequest
+	5,  // 4: fencelock.v1.Call.cancel_wait:type_name -> fencelock.v1.CancelWaitRequest
+	3,  // 5: fencelock.v1.SessionResponse.results:type_name -> fencelock.v1.Result
+	9,  // 6: fencelock.v1.Result.acquire:type_name -> fencelock.v1.AcquireResponse
+	11, // 7: fencelock.v1.Result.renew:type_name -> fencelock.v1.RenewResponse
+	13, // 8: fencelock.v1.Result.release:type_name -> fencelock.v1.ReleaseResponse
+	6,  // 9: fencelock.v1.Result.cancel_wait:type_name -> fencelock.v1.CancelWaitResponse
+	4,  // 10: fencelock.v1.Result.error:type_name -> fencelock.v1.Status
+	20, // 11: fencelock.v1.Status.detail:type_name -> fencelock.v1.ErrorDetail
+	30, // 12: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	30, // 13: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	30, // 14: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
+	8,  // 15: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
+	30, // 16: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
+	30, // 17: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
+	31, // 18: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
+	30, // 19: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
+	15, // 20: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
+	16, // 21: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
+	16, // 22: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
+	31, // 23: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
+	30, // 24: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	21, // 25: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
+	7,  // 26: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
+	10, // 27: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
+	12, // 28: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
+	14, // 29: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
+	18, // 30: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
+	0,  // 31: fencelock.v1.LockService.Session:input_type -> fencelock.v1.SessionRequest
+	5,  // 32: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
+	22, // 33: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
+	24, // 34: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
+	26, // 35: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
+	28, // 36: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
+	9,  // 37: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
+	11, // 38: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
+	13, // 39: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
+	17, // 40: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
+	19, // 41: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
+	2,  // 42: fencelock.v1.LockService.Session:output_type -> fencelock.v1.SessionResponse
+	6,  // 43: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
+	23, // 44: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
+	25, // 45: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
+	27, // 46: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
+	29, // 47: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
+	37, // [37:48] is the sub-list for method output_type
+	26, // [26:37] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_fencelock_v1_lock_proto_init() }
@@ -1667,13 +2139,26 @@ func file_fencelock_v1_lock_proto_init() {
 	if File_fencelock_v1_lock_proto != nil {
 		return
 	}
+	file_fencelock_v1_lock_proto_msgTypes[1].OneofWrappers = []any{
+		(*Call_Acquire)(nil),
+		(*Call_Renew)(nil),
+		(*Call_Release)(nil),
+		(*Call_CancelWait)(nil),
+	}
+	file_fencelock_v1_lock_proto_msgTypes[3].OneofWrappers = []any{
+		(*Result_Acquire)(nil),
+		(*Result_Renew)(nil),
+		(*Result_Release)(nil),
+		(*Result_CancelWait)(nil),
+		(*Result_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fencelock_v1_lock_proto_rawDesc), len(file_fencelock_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

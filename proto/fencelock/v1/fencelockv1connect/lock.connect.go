@@ -52,6 +52,8 @@ const (
 	LockServiceDescribeProcedure = "/fencelock.v1.LockService/Describe"
 	// LockServiceListProcedure is the fully-qualified name of the LockService's List RPC.
 	LockServiceListProcedure = "/fencelock.v1.LockService/List"
+	// LockServiceSessionProcedure is the fully-qualified name of the LockService's Session RPC.
+	LockServiceSessionProcedure = "/fencelock.v1.LockService/Session"
 	// LockServiceCancelWaitProcedure is the fully-qualified name of the LockService's CancelWait RPC.
 	LockServiceCancelWaitProcedure = "/fencelock.v1.LockService/CancelWait"
 	// ClusterServiceStatusProcedure is the fully-qualified name of the ClusterService's Status RPC.
@@ -86,6 +88,15 @@ type LockServiceClient interface {
 	// List returns the locks whose names start with prefix, in name order, one
 	// page at a time.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
+	// Session carries many Acquire, Renew, Release and CancelWait calls on
+	// one stream, each run exactly as the unary method, answered in any
+	// order and matched by id; calls that are ready together travel in one
+	// message each way. It is the Go client's hot path: one stream per node
+	// instead of one HTTP request per call. When the stream ends, every call
+	// still on it ends as a unary call whose client went away. At most 4,096
+	// calls run at once on one stream; more are refused with
+	// resource_exhausted.
+	Session(context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse]
 	// CancelWait takes a request that gave up out of the lock's queue; if it
 	// was granted meanwhile, that grant ends (nobody will use it) and the next
 	// waiter is granted. Errors: not_found (nothing waits or holds under that
@@ -134,6 +145,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("List")),
 			connect.WithClientOptions(opts...),
 		),
+		session: connect.NewClient[v1.SessionRequest, v1.SessionResponse](
+			httpClient,
+			baseURL+LockServiceSessionProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Session")),
+			connect.WithClientOptions(opts...),
+		),
 		cancelWait: connect.NewClient[v1.CancelWaitRequest, v1.CancelWaitResponse](
 			httpClient,
 			baseURL+LockServiceCancelWaitProcedure,
@@ -150,6 +167,7 @@ type lockServiceClient struct {
 	release    *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	describe   *connect.Client[v1.DescribeRequest, v1.DescribeResponse]
 	list       *connect.Client[v1.ListRequest, v1.ListResponse]
+	session    *connect.Client[v1.SessionRequest, v1.SessionResponse]
 	cancelWait *connect.Client[v1.CancelWaitRequest, v1.CancelWaitResponse]
 }
 
@@ -178,6 +196,11 @@ func (c *lockServiceClient) List(ctx context.Context, req *connect.Request[v1.Li
 	return c.list.CallUnary(ctx, req)
 }
 
+// Session calls fencelock.v1.LockService.Session.
+func (c *lockServiceClient) Session(ctx context.Context) *connect.BidiStreamForClient[v1.SessionRequest, v1.SessionResponse] {
+	return c.session.CallBidiStream(ctx)
+}
+
 // CancelWait calls fencelock.v1.LockService.CancelWait.
 func (c *lockServiceClient) CancelWait(ctx context.Context, req *connect.Request[v1.CancelWaitRequest]) (*connect.Response[v1.CancelWaitResponse], error) {
 	return c.cancelWait.CallUnary(ctx, req)
@@ -202,6 +225,15 @@ type LockServiceHandler interface {
 	// List returns the locks whose names start with prefix, in name order, one
 	// page at a time.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
+	// Session carries many Acquire, Renew, Release and CancelWait calls on
+	// one stream, each run exactly as the unary method, answered in any
+	// order and matched by id; calls that are ready together travel in one
+	// message each way. It is the Go client's hot path: one stream per node
+	// instead of one HTTP request per call. When the stream ends, every call
+	// still on it ends as a unary call whose client went away. At most 4,096
+	// calls run at once on one stream; more are refused with
+	// resource_exhausted.
+	Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error
 	// CancelWait takes a request that gave up out of the lock's queue; if it
 	// was granted meanwhile, that grant ends (nobody will use it) and the next
 	// waiter is granted. Errors: not_found (nothing waits or holds under that
@@ -246,6 +278,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("List")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceSessionHandler := connect.NewBidiStreamHandler(
+		LockServiceSessionProcedure,
+		svc.Session,
+		connect.WithSchema(lockServiceMethods.ByName("Session")),
+		connect.WithHandlerOptions(opts...),
+	)
 	lockServiceCancelWaitHandler := connect.NewUnaryHandler(
 		LockServiceCancelWaitProcedure,
 		svc.CancelWait,
@@ -264,6 +302,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceDescribeHandler.ServeHTTP(w, r)
 		case LockServiceListProcedure:
 			lockServiceListHandler.ServeHTTP(w, r)
+		case LockServiceSessionProcedure:
+			lockServiceSessionHandler.ServeHTTP(w, r)
 		case LockServiceCancelWaitProcedure:
 			lockServiceCancelWaitHandler.ServeHTTP(w, r)
 		default:
@@ -293,6 +333,10 @@ func (UnimplementedLockServiceHandler) Describe(context.Context, *connect.Reques
 
 func (UnimplementedLockServiceHandler) List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.LockService.List is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Session(context.Context, *connect.BidiStream[v1.SessionRequest, v1.SessionResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.LockService.Session is not implemented"))
 }
 
 func (UnimplementedLockServiceHandler) CancelWait(context.Context, *connect.Request[v1.CancelWaitRequest]) (*connect.Response[v1.CancelWaitResponse], error) {

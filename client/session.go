@@ -1,0 +1,225 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"runtime"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+)
+
+// maxMessageBytes keeps one SessionRequest well under a node's 64 KiB
+// limit on a message, whatever the names and labels.
+const maxMessageBytes = 32 << 10
+
+// sessionNode is node over one Session stream per node (see Session in
+// the API): acquire, renew, release and cancelWait travel on it, those
+// ready together in one message; describe and list are unary calls. A
+// broken stream fails the calls on it, and the next call opens another.
+type sessionNode struct {
+	*connectNode
+	mu  sync.Mutex
+	cur *stream // nil: none open
+}
+
+func newSessionNode(n *connectNode) *sessionNode { return &sessionNode{connectNode: n} }
+
+var _ node = (*sessionNode)(nil)
+
+// stream is one open Session stream.
+type stream struct {
+	bidi   *connect.BidiStreamForClient[fencelockv1.SessionRequest, fencelockv1.SessionResponse]
+	cancel context.CancelFunc
+	wake   chan struct{} // buffered: calls or cancels are pending
+	dead   chan struct{} // closed when the stream broke; err says why
+
+	mu      sync.Mutex
+	next    uint64
+	calls   map[uint64]chan *fencelockv1.Result
+	pending []*fencelockv1.Call
+	cancels []uint64
+	err     error
+}
+
+// open returns the node's stream, opening one if none is.
+func (n *sessionNode) open() *stream {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cur != nil {
+		return n.cur
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	st := &stream{bidi: n.rpc.Session(ctx), cancel: cancel, wake: make(chan struct{}, 1), dead: make(chan struct{}),
+		calls: make(map[uint64]chan *fencelockv1.Result)}
+	n.cur = st
+	go st.write()
+	go func() {
+		st.read()
+		n.mu.Lock()
+		if n.cur == st {
+			n.cur = nil
+		}
+		n.mu.Unlock()
+	}()
+	return st
+}
+
+// close ends the node's stream; calls on it fail.
+func (n *sessionNode) close() {
+	n.mu.Lock()
+	st := n.cur
+	n.cur = nil
+	n.mu.Unlock()
+	if st != nil {
+		st.fail(errors.New("client closed"))
+	}
+}
+
+// do makes one call on the stream and waits for its result. When ctx ends
+// first, the call is cancelled on the node.
+func (n *sessionNode) do(ctx context.Context, c *fencelockv1.Call) (*fencelockv1.Result, error) {
+	st := n.open()
+	ch, id := st.add(c)
+	select {
+	case r := <-ch:
+		if e := r.GetError(); e != nil {
+			return nil, wire.FromStatus(e)
+		}
+		return r, nil
+	case <-st.dead:
+		return nil, &noAnswerError{err: st.err}
+	case <-ctx.Done():
+		st.drop(id)
+		return nil, ctx.Err()
+	}
+}
+
+// add queues call c and returns the channel of its result.
+func (st *stream) add(c *fencelockv1.Call) (chan *fencelockv1.Result, uint64) {
+	ch := make(chan *fencelockv1.Result, 1)
+	st.mu.Lock()
+	st.next++
+	c.Id = st.next
+	st.calls[c.Id] = ch
+	st.pending = append(st.pending, c)
+	st.mu.Unlock()
+	st.signal()
+	return ch, c.Id
+}
+
+// drop forgets call id and cancels it on the node.
+func (st *stream) drop(id uint64) {
+	st.mu.Lock()
+	if _, ok := st.calls[id]; ok {
+		delete(st.calls, id)
+		st.cancels = append(st.cancels, id)
+	}
+	st.mu.Unlock()
+	st.signal()
+}
+
+func (st *stream) signal() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// write sends what is pending, as few messages as fit, whenever there is
+// some, until the stream breaks.
+func (st *stream) write() {
+	defer st.bidi.CloseRequest()
+	for {
+		select {
+		case <-st.dead:
+			return
+		case <-st.wake:
+		}
+		runtime.Gosched() // calls made together go out together: one write
+		st.mu.Lock()
+		calls, cancels := st.pending, st.cancels
+		st.pending, st.cancels = nil, nil
+		st.mu.Unlock()
+		for len(calls) > 0 || len(cancels) > 0 {
+			m := &fencelockv1.SessionRequest{Cancel: cancels}
+			cancels = nil
+			for size := 0; len(calls) > 0 && (size < maxMessageBytes || len(m.Calls) == 0); calls = calls[1:] {
+				size += proto.Size(calls[0])
+				m.Calls = append(m.Calls, calls[0])
+			}
+			if err := st.bidi.Send(m); err != nil {
+				if !errors.Is(err, io.EOF) {
+					st.fail(err)
+				} // else the stream ended: read learns why
+				return
+			}
+		}
+	}
+}
+
+// read hands each result to its call until the stream breaks.
+func (st *stream) read() {
+	for {
+		m, err := st.bidi.Receive()
+		if err != nil {
+			st.fail(err)
+			return
+		}
+		st.mu.Lock()
+		for _, r := range m.Results {
+			if ch := st.calls[r.Id]; ch != nil {
+				delete(st.calls, r.Id)
+				ch <- r
+			}
+		}
+		st.mu.Unlock()
+	}
+}
+
+// fail ends the stream with err (the first cause wins).
+func (st *stream) fail(err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.err != nil {
+		return
+	}
+	st.err = err
+	close(st.dead)
+	st.cancel()
+	// Closing the response resets the stream: a context that ends does not,
+	// and the node would keep the stream's calls waiting.
+	go st.bidi.CloseResponse()
+}
+
+func (n *sessionNode) acquire(ctx context.Context, req *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+	r, err := n.do(ctx, &fencelockv1.Call{Op: &fencelockv1.Call_Acquire{Acquire: req}})
+	if err != nil {
+		return nil, err
+	}
+	return r.GetAcquire().GetGrant(), nil
+}
+
+func (n *sessionNode) renew(ctx context.Context, req *fencelockv1.RenewRequest) (time.Duration, error) {
+	r, err := n.do(ctx, &fencelockv1.Call{Op: &fencelockv1.Call_Renew{Renew: req}})
+	if err != nil {
+		return 0, err
+	}
+	return r.GetRenew().GetTtl().AsDuration(), nil
+}
+
+func (n *sessionNode) release(ctx context.Context, req *fencelockv1.ReleaseRequest) error {
+	_, err := n.do(ctx, &fencelockv1.Call{Op: &fencelockv1.Call_Release{Release: req}})
+	return err
+}
+
+func (n *sessionNode) cancelWait(ctx context.Context, name, rid string) error {
+	_, err := n.do(ctx, &fencelockv1.Call{Op: &fencelockv1.Call_CancelWait{CancelWait: &fencelockv1.CancelWaitRequest{Name: name, RequestId: rid}}})
+	return err
+}

@@ -1,0 +1,203 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+)
+
+// maxSessionCalls bounds the calls one Session stream runs (or has answers
+// waiting to be sent for) at once; calls past it are refused, and a stream
+// with twice as many (a client that does not read its answers) is ended.
+const maxSessionCalls = 4096
+
+// errTooManyCalls ends a stream whose client does not read its answers.
+var errTooManyCalls = fmt.Errorf("more than %d calls and refusals on one stream: %w", 2*maxSessionCalls, fencelock.ErrTooLarge)
+
+// maxResults bounds the results one SessionResponse carries.
+const maxResults = 256
+
+// Session runs the calls of one stream, each in a goroutine of its own as
+// the unary method would, under a context that ends when the caller
+// cancels the call or the stream breaks. Results that are ready together
+// go out in one message. A stream the client closes cleanly (io.EOF) still
+// gets the answers of its calls under way.
+func (a *api) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(a.ctx, cancel) // the node closes: the stream ends
+	defer stop()
+	ss := &session{a: a, out: make(chan *fencelockv1.Result, 2*maxSessionCalls), calls: make(map[uint64]context.CancelFunc)}
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		ss.write(st)
+	}()
+	read := make(chan error, 1)
+	go func() { read <- ss.read(ctx, st) }()
+	select {
+	case err := <-read:
+		if !errors.Is(err, io.EOF) {
+			cancel() // the stream broke: its calls end as if their clients went away
+		}
+	case <-ctx.Done():
+	}
+	ss.mu.Lock()
+	ss.closed = true // no call starts any more
+	ss.mu.Unlock()
+	ss.wg.Wait()
+	close(ss.out)
+	<-written
+	return nil
+}
+
+// session is one Session stream's calls.
+type session struct {
+	a   *api
+	out chan *fencelockv1.Result // answers to send
+	wg  sync.WaitGroup           // calls running
+
+	mu     sync.Mutex
+	calls  map[uint64]context.CancelFunc // running, by id
+	active int                           // calls running or with an answer not yet sent
+	closed bool                          // the stream is ending
+}
+
+// read starts the stream's calls and cancels those whose callers gave up,
+// until the stream ends.
+func (ss *session) read(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
+	for {
+		m, err := st.Receive()
+		if err != nil {
+			return err
+		}
+		ss.mu.Lock()
+		for _, id := range m.Cancel {
+			if cancel := ss.calls[id]; cancel != nil {
+				cancel()
+			}
+		}
+		ss.mu.Unlock()
+		for _, c := range m.Calls {
+			if err := ss.start(ctx, c); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// start runs call c, or refuses it at once if its id runs already or the
+// stream has too many calls. errTooManyCalls: the stream must end.
+func (ss *session) start(ctx context.Context, c *fencelockv1.Call) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return context.Canceled
+	}
+	if ss.active >= 2*maxSessionCalls {
+		return errTooManyCalls
+	}
+	ss.active++
+	_, dup := ss.calls[c.Id]
+	switch {
+	case dup:
+		ss.out <- ss.a.failed(c.Id, "Session", fmt.Errorf("call id %d is running on this stream: %w", c.Id, fencelock.ErrInvalidArgument))
+		return nil
+	case ss.active > maxSessionCalls:
+		ss.out <- ss.a.failed(c.Id, "Session", fmt.Errorf("more than %d calls on one stream: %w", maxSessionCalls, fencelock.ErrTooLarge))
+		return nil
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	ss.calls[c.Id] = cancel
+	ss.wg.Add(1)
+	go func() {
+		defer ss.wg.Done()
+		r := ss.a.run(cctx, c)
+		cancel()
+		ss.mu.Lock()
+		delete(ss.calls, c.Id)
+		ss.mu.Unlock()
+		ss.out <- r
+	}()
+	return nil
+}
+
+// write sends the answers as they come, those ready together in one
+// message, until out is closed. After a failed send it only drains out.
+func (ss *session) write(st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) {
+	broken := false
+	for r := range ss.out {
+		resp := &fencelockv1.SessionResponse{Results: []*fencelockv1.Result{r}}
+		runtime.Gosched() // calls finishing together go out together: one write
+	more:
+		for len(resp.Results) < maxResults {
+			select {
+			case r, ok := <-ss.out:
+				if !ok {
+					break more
+				}
+				resp.Results = append(resp.Results, r)
+			default:
+				break more
+			}
+		}
+		if !broken {
+			broken = st.Send(resp) != nil
+		}
+		ss.mu.Lock()
+		ss.active -= len(resp.Results)
+		ss.mu.Unlock()
+	}
+}
+
+// run runs one call as its unary method would.
+func (a *api) run(ctx context.Context, c *fencelockv1.Call) *fencelockv1.Result {
+	s := (*Server)(a)
+	r := &fencelockv1.Result{Id: c.Id}
+	switch op := c.Op.(type) {
+	case *fencelockv1.Call_Acquire:
+		g, err := s.Acquire(ctx, acquireRequest(op.Acquire))
+		if err != nil {
+			return a.failed(c.Id, "Acquire", err)
+		}
+		r.Result = &fencelockv1.Result_Acquire{Acquire: acquireResponse(g)}
+	case *fencelockv1.Call_Renew:
+		m := op.Renew
+		ttl, err := s.Renew(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token))
+		if err != nil {
+			return a.failed(c.Id, "Renew", err)
+		}
+		r.Result = &fencelockv1.Result_Renew{Renew: &fencelockv1.RenewResponse{Ttl: durationpb.New(ttl)}}
+	case *fencelockv1.Call_Release:
+		m := op.Release
+		if err := s.Release(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {
+			return a.failed(c.Id, "Release", err)
+		}
+		r.Result = &fencelockv1.Result_Release{Release: &fencelockv1.ReleaseResponse{}}
+	case *fencelockv1.Call_CancelWait:
+		if err := s.CancelWait(ctx, fencelock.LockName(op.CancelWait.Name), op.CancelWait.RequestId); err != nil {
+			return a.failed(c.Id, "CancelWait", err)
+		}
+		r.Result = &fencelockv1.Result_CancelWait{CancelWait: &fencelockv1.CancelWaitResponse{}}
+	default:
+		return a.failed(c.Id, "Session", fmt.Errorf("call %d has no operation: %w", c.Id, fencelock.ErrInvalidArgument))
+	}
+	return r
+}
+
+// failed is the result of call id that failed with err, counted as a
+// refusal of method.
+func (a *api) failed(id uint64, method string, err error) *fencelockv1.Result {
+	a.count(method, err)
+	return &fencelockv1.Result{Id: id, Result: &fencelockv1.Result_Error{Error: wire.ToStatus(err)}}
+}

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/internal/wire"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+)
+
+// openSession opens a Session stream to s, served over h2c, until ctx ends.
+func openSession(t *testing.T, ctx context.Context, s *Server) *sessionConn {
+	t.Helper()
+	addr := testproc.ServeH2C(t, s.Handler())
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	rpc := fencelockv1connect.NewLockServiceClient(&http.Client{Transport: tr}, "http://"+addr)
+	c := &sessionConn{t: t, st: rpc.Session(ctx)}
+	t.Cleanup(c.closeResponse) // before the server's Close, which waits for the stream
+	return c
+}
+
+type sessionConn struct {
+	t  *testing.T
+	st interface {
+		Send(*fencelockv1.SessionRequest) error
+		Receive() (*fencelockv1.SessionResponse, error)
+		CloseResponse() error
+	}
+}
+
+func (c *sessionConn) closeResponse() { _ = c.st.CloseResponse() }
+
+func (c *sessionConn) send(m *fencelockv1.SessionRequest) {
+	c.t.Helper()
+	if err := c.st.Send(m); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// results receives until it has n results, by call id.
+func (c *sessionConn) results(n int) map[uint64]*fencelockv1.Result {
+	c.t.Helper()
+	out := map[uint64]*fencelockv1.Result{}
+	for len(out) < n {
+		m, err := c.st.Receive()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for _, r := range m.Results {
+			out[r.Id] = r
+		}
+	}
+	return out
+}
+
+func acquireCall(id uint64, name, rid string, wait time.Duration) *fencelockv1.Call {
+	return &fencelockv1.Call{Id: id, Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{
+		Name: name, Ttl: durationpb.New(time.Minute), Wait: durationpb.New(wait), RequestId: rid}}}
+}
+
+// TestSession_CallsRunAsTheirUnaryMethods: calls on one stream are answered
+// by id, as their unary methods would answer them, errors included.
+func TestSession_CallsRunAsTheirUnaryMethods(t *testing.T) {
+	s := openInProcess(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := openSession(t, ctx, s)
+	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{
+		acquireCall(1, "a", "r1", 0), acquireCall(2, "b", "r2", 0), acquireCall(3, "", "r3", 0)}})
+	got := c.results(3)
+	g := got[1].GetAcquire().GetGrant()
+	if g == nil || got[2].GetAcquire().GetGrant() == nil {
+		t.Fatalf("results %v, want grants for calls 1 and 2", got)
+	}
+	if err := wire.FromStatus(got[3].GetError()); !errors.Is(err, fencelock.ErrInvalidName) {
+		t.Errorf("call 3 (no name): %v, want ErrInvalidName", err)
+	}
+	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{
+		{Id: 4, Op: &fencelockv1.Call_Release{Release: &fencelockv1.ReleaseRequest{Name: "a", LeaseId: g.LeaseId, Token: g.Token}}},
+		acquireCall(5, "b", "other", 0)}})
+	got = c.results(2)
+	if got[4].GetRelease() == nil {
+		t.Errorf("release: %v", got[4])
+	}
+	var held *fencelock.LockHeldError
+	if err := wire.FromStatus(got[5].GetError()); !errors.As(err, &held) || held.Token == 0 {
+		t.Errorf("try-lock of a held lock: %v, want a LockHeldError", err)
+	}
+}
+
+// TestSession_CancelAndStreamEndTakeWaitsBack: a cancelled call, and every
+// call of a stream that broke, leave no waiter once the grace is over.
+func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) {
+	s := openInProcess(t)
+	queueBehind(t, s, "l")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	c := openSession(t, ctx, s)
+	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{
+		acquireCall(1, "l", "w1", time.Minute), acquireCall(2, "l", "w2", time.Minute)}})
+	eventually(t, "both queued", func() bool { return s.fsm.Queued("l", "w1") && s.fsm.Queued("l", "w2") })
+	c.send(&fencelockv1.SessionRequest{Cancel: []uint64{1}})
+	if got := c.results(1); !errors.Is(wire.FromStatus(got[1].GetError()), context.Canceled) {
+		t.Fatalf("the cancelled call: %v, want canceled", got[1])
+	}
+	c.closeResponse() // the stream breaks: the client resets it
+	defer cancel()
+	deadline := time.Now().Add(callGrace + 5*time.Second)
+	for s.fsm.Queued("l", "w1") || s.fsm.Queued("l", "w2") {
+		if time.Now().After(deadline) {
+			t.Fatalf("still queued after the grace: w1 (cancelled) %v, w2 (broken stream) %v", s.fsm.Queued("l", "w1"), s.fsm.Queued("l", "w2"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSession_RefusesDuplicateIDs: a call whose id runs already on the
+// stream is refused; the running one is not disturbed.
+func TestSession_RefusesDuplicateIDs(t *testing.T) {
+	s := openInProcess(t)
+	queueBehind(t, s, "l")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := openSession(t, ctx, s)
+	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{acquireCall(1, "l", "w1", time.Minute)}})
+	eventually(t, "queued", func() bool { return s.fsm.Queued("l", "w1") })
+	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{acquireCall(1, "x", "x1", 0)}})
+	if got := c.results(1); !errors.Is(wire.FromStatus(got[1].GetError()), fencelock.ErrInvalidArgument) {
+		t.Fatalf("a second call 1: %v, want ErrInvalidArgument", got[1])
+	}
+	if !s.fsm.Queued("l", "w1") {
+		t.Fatal("the running call 1 was disturbed")
+	}
+}
