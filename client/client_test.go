@@ -354,21 +354,6 @@ func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
 	next.Release(ctx)
 }
 
-// waitForWaiters waits until name has n waiters.
-func waitForWaiters(t *testing.T, ctx context.Context, addr, name string, n int) {
-	t.Helper()
-	for {
-		li, err := quietClient(t, addr).Describe(ctx, name)
-		if err == nil && len(li.Waiters) == n {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("%s never had %d waiters", name, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestClient_WaitLongerThanTheNodeAllows: a node ends one Acquire call at
 // its --max-wait; the client asks again until its own wait is over, so
 // WithWait(3s) against a node that allows 500 ms still gets a lock

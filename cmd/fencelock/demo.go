@@ -322,19 +322,6 @@ func (w *worker) next(ctx context.Context) (demoEvent, error) {
 	}
 }
 
-// until returns the first event of the given kind.
-func (w *worker) until(ctx context.Context, kind string) (demoEvent, error) {
-	for {
-		e, err := w.next(ctx)
-		if err != nil {
-			return e, fmt.Errorf("waiting for %q: %w", kind, err)
-		}
-		if e.Kind == kind {
-			return e, nil
-		}
-	}
-}
-
 func (w *worker) wait() error {
 	w.stdin.Close()
 	for range w.events {
