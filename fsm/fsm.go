@@ -359,6 +359,19 @@ func (f *FSM) Queued(name fencelock.LockName, rid string) bool {
 	return f.queued(name, rid)
 }
 
+// Holds reports whether request rid waits in name's queue or holds name.
+func (f *FSM) Holds(name fencelock.LockName, rid string) bool {
+	if rid == "" {
+		return false
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if l := f.locks[name]; l != nil && l.Holder != nil && l.Holder.RequestID == rid {
+		return true
+	}
+	return f.queued(name, rid)
+}
+
 // HeldByOther reports whether name is held by a grant of a request other
 // than rid: an acquire of rid would then queue (or find itself queued).
 func (f *FSM) HeldByOther(name fencelock.LockName, rid string) bool {

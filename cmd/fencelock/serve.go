@@ -84,12 +84,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--join and --bootstrap exclude each other: bootstrap a new cluster, or join one")
 	}
 	cfg.Join = *join != ""
+	return serveNode(ctx, cfg, serveOpts{listen: *listen, advertise: *advertise, join: *join, pprof: *pprofOn})
+}
 
-	ln, err := net.Listen("tcp", *listen)
+// serveOpts are the flags of serve that are not the node's Config.
+type serveOpts struct {
+	listen, advertise, join string
+	pprof                   bool
+}
+
+// serveNode runs the node of cfg on its API address until ctx ends. On the
+// way out it closes the node first: that ends the Session streams and waits
+// that would otherwise hold the HTTP server's shutdown for its whole grace.
+func serveNode(ctx context.Context, cfg server.Config, o serveOpts) error {
+	log := cfg.Logger
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *listen, err)
+		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
-	cfg.APIAddr = *advertise
+	cfg.APIAddr = o.advertise
 	if cfg.APIAddr == "" {
 		cfg.APIAddr = ln.Addr().String()
 	}
@@ -101,7 +114,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer s.Close()
 
 	handler := s.Handler()
-	if *pprofOn {
+	if o.pprof {
 		mux := http.NewServeMux()
 		mux.Handle("/", handler)
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -116,10 +129,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	log.Info("fencelock serving", "api", ln.Addr().String(), "raft", cfg.RaftAddr, "data_dir", cfg.DataDir, "node", cfg.NodeID, "procs", runtime.GOMAXPROCS(0))
 
 	if cfg.Join {
-		if err := joinCluster(ctx, *join, cfg); err != nil {
+		if err := joinCluster(ctx, o.join, cfg); err != nil {
 			return err
 		}
-		log.Info("joined cluster", "via", *join)
+		log.Info("joined cluster", "via", o.join)
 	} else if len(cfg.Bootstrap) <= 1 {
 		readyCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		if err := s.WaitReady(readyCtx); err == nil {
@@ -138,10 +151,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("serve api: %w", err)
 		}
 	}
+	err = s.Close()
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer scancel()
 	_ = hs.Shutdown(sctx)
-	return s.Close()
+	return err
 }
 
 // parsePairs parses "a=b,c=d".
