@@ -1,0 +1,1 @@
+../../redis/fence.lua
