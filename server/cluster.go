@@ -116,7 +116,7 @@ func (s *Server) Status() (Status, error) {
 	u := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
 	_, leaderID := s.raft.LeaderWithID()
 	st := Status{
-		ID: s.cfg.NodeID, State: s.raft.State().String(), LeaderID: string(leaderID),
+		ID: s.cfg.NodeID, State: strings.ToLower(s.raft.State().String()), LeaderID: string(leaderID),
 		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: u("applied_index"),
 		LastLogIndex: u("last_log_index"), LastSnapshotIndex: u("last_snapshot_index"), Ready: s.Ready(),
 	}

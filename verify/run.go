@@ -561,7 +561,7 @@ func (o *observer) poll(ctx context.Context, e *env) {
 		if err != nil {
 			continue
 		}
-		if st.State == "Leader" || st.LeaderID == st.ID && st.ID != "" {
+		if st.State == "leader" || st.LeaderID == st.ID && st.ID != "" {
 			o.terms[st.Term] = true
 		}
 		if st.LastSnapshotIndex > o.snapIdx[nd.id] {

@@ -83,11 +83,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		st := n.Status
 		health := "ok"
-		if st.State == "Leader" && !st.Ready {
+		if st.State == "leader" && !st.Ready {
 			health = "leader, re-arming leases"
 		}
 		contact := "-"
-		if st.State != "Leader" {
+		if st.State != "leader" {
 			contact = st.LastContact.Round(time.Millisecond).String()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", n.ID, n.APIAddr, n.RaftAddr, st.State, st.Term,

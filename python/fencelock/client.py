@@ -14,7 +14,6 @@ from . import _wire, errors
 log = logging.getLogger("fencelock")
 log.addHandler(logging.NullHandler())
 
-WAIT_CHUNK = 300.0  # one queued Acquire call waits at most this long
 MIN_CALL = 0.05  # a waiting call a node ends sooner is followed by a pause this long
 
 
@@ -30,7 +29,10 @@ class Client:
     (every call is safe to repeat: an acquire carries a request id) for up
     to ``retry_timeout`` seconds, and skips a node that did not answer for
     ``silent_for`` seconds. One attempt on one node may take
-    ``attempt_timeout`` seconds (plus the wait, for a queued acquire).
+    ``attempt_timeout`` seconds (plus the wait, for a queued acquire). A
+    queued acquire waits in calls of at most ``wait_chunk`` seconds and
+    keeps its place in the queue between them, so a node that freezes
+    while it waits is left within wait_chunk + attempt_timeout.
     """
 
     def __init__(
@@ -38,7 +40,8 @@ class Client:
         endpoints,
         *,
         holder: str | None = None,
-        attempt_timeout: float = 5.0,
+        attempt_timeout: float = 2.0,
+        wait_chunk: float = 2.0,
         dial_timeout: float = 1.0,
         retry_timeout: float = 30.0,
         retry_backoff: float = 0.02,
@@ -50,7 +53,11 @@ class Client:
         if not endpoints or any(not str(e).strip() for e in endpoints):
             raise errors.InvalidArgument("client: need at least one non-empty endpoint")
         self.holder = holder if holder is not None else default_holder()
+        if min(attempt_timeout, wait_chunk, dial_timeout, retry_timeout, retry_backoff) <= 0 \
+                or max_retry_backoff < retry_backoff or silent_for < 0:
+            raise errors.InvalidArgument("client: timeouts and backoffs must be positive")
         self.attempt_timeout = attempt_timeout
+        self.wait_chunk = wait_chunk
         self.retry_timeout = retry_timeout
         self.retry_backoff = retry_backoff
         self.max_retry_backoff = max_retry_backoff
@@ -254,10 +261,11 @@ class _Acquisition:
             raise
 
     def _next_wait(self):
+        chunk = self.c.wait_chunk
         if self.end is None:
-            return WAIT_CHUNK, False
+            return chunk, False
         left = max(self.end - time.monotonic(), 0.0)
-        return min(left, WAIT_CHUNK), left <= WAIT_CHUNK
+        return min(left, chunk), left <= chunk
 
     def _send(self, wait, keep_place):
         body = {"name": self.name, "ttl": _wire.duration(self.ttl), "wait": _wire.duration(wait),
