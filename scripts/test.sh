@@ -4,6 +4,8 @@
 # vets, runs the whole suite with the race detector (unit tests, real-process
 # server and cluster fault tests, the demo, the verify scenarios), tests the
 # bench/ module and smoke-runs the benchmarks against etcd and Redis, and
+# runs the Python client's tests (Debian's python3 and its pytest, psycopg,
+# psycopg2 and redis packages, installed with apt-get if missing) and
 # stops every server it started.
 #
 #   bash scripts/test.sh            # extra args go to "go test", e.g. -run Server
@@ -24,6 +26,21 @@ echo "== go vet" >&2
 go vet ./...
 echo "== go test -race" >&2
 go test -race -count=1 -timeout 20m "$@" ./...
+echo "== python: pytest against real nodes, PostgreSQL and Redis" >&2
+py=/usr/bin/python3
+if ! "$py" -c 'import pytest, psycopg, psycopg2, redis' 2>/dev/null; then
+	[ "$(id -u)" -eq 0 ] || { echo "test.sh: install python3-pytest python3-psycopg python3-psycopg2 python3-redis" >&2; exit 1; }
+	apt-get update -q >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		python3 python3-pytest python3-psycopg python3-psycopg2 python3-redis python3-venv python3-setuptools python3-pip >&2
+fi
+go build -o "$svcdir/fencelock" ./cmd/fencelock
+FENCELOCK_BIN="$svcdir/fencelock" "$py" -m pytest -q -p no:cacheprovider python/tests
+# The package installs from its directory without a package index.
+cp -rL python "$svcdir/python-src"
+"$py" -m venv --system-site-packages "$svcdir/venv"
+"$svcdir/venv/bin/pip" install -q --no-build-isolation --no-index "$svcdir/python-src"
+(cd "$svcdir" && venv/bin/python -c 'import fencelock.redis, fencelock.postgres, fencelock.store; assert fencelock.redis._SCRIPT')
 echo "== bench module: vet and tests" >&2
 (cd bench && go vet ./... && go test -race -count=1 ./...)
 echo "== benchmark smoke runs (numbers are not checked)" >&2
