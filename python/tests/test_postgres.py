@@ -132,3 +132,23 @@ def test_a_worker_frozen_past_its_lease_is_refused(driver, node, pg_dsn):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "worker A refused" in out.stdout and "paid once, by B" in out.stdout
+
+
+def test_the_readme_example_pays_the_order(node, pg_dsn):
+    """python/README.md's first example, run as written (with this test's
+    node and database), pays order 42 once with the row fence."""
+    readme = (ROOT / "python" / "README.md").read_text()
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert '"127.0.0.1:7070"' in code and '"dbname=shop"' in code
+    code = code.replace('"127.0.0.1:7070"', repr(node.api)).replace('"dbname=shop"', repr(pg_dsn))
+    import psycopg
+    with psycopg.connect(pg_dsn) as c:
+        c.execute("DROP TABLE IF EXISTS orders")
+        c.execute("CREATE TABLE orders (id INT PRIMARY KEY, status TEXT NOT NULL)")
+        c.execute("INSERT INTO orders VALUES (42, 'pending')")
+        postgres.add_fence_column(c, "orders")
+    exec(compile(code, "python/README.md", "exec"), {})
+    with psycopg.connect(pg_dsn) as c:
+        status, fence = c.execute("SELECT status, last_fence FROM orders WHERE id = 42").fetchone()
+        c.execute("DROP TABLE orders")
+    assert status == "paid" and fence > 0
