@@ -35,7 +35,7 @@ if ! "$py" -c 'import pytest, psycopg, psycopg2, redis' 2>/dev/null; then
 		python3 python3-pytest python3-psycopg python3-psycopg2 python3-redis python3-venv python3-setuptools python3-pip >&2
 fi
 go build -o "$svcdir/fencelock" ./cmd/fencelock
-FENCELOCK_BIN="$svcdir/fencelock" "$py" -m pytest -q -p no:cacheprovider python/tests
+CI="${CI:-1}" FENCELOCK_BIN="$svcdir/fencelock" "$py" -m pytest -q -p no:cacheprovider python/tests
 # The package installs from its directory without a package index.
 cp -rL python "$svcdir/python-src"
 "$py" -m venv --system-site-packages "$svcdir/venv"

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/netproxy"
@@ -179,7 +178,7 @@ func TestRemoveMember_VoterCutOffFromRaftDoesNotCount(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		st, _ := nodes[cut].s.Status()
-		if st.State != raft.Follower.String() || st.LastContact > nodes[cut].cfg.HeartbeatTimeout {
+		if st.State != "follower" || st.LastContact > nodes[cut].cfg.HeartbeatTimeout {
 			break
 		}
 		if time.Now().After(deadline) {

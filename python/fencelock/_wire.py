@@ -8,7 +8,10 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import math
+import re
 import threading
+import time
 import urllib.parse
 
 from . import errors
@@ -34,11 +37,37 @@ def duration(seconds: float) -> str:
     return s.rstrip("0").rstrip(".") + "s"
 
 
+_DURATION = re.compile(r"^[0-9]+(\.[0-9]{1,9})?s$")
+
+
 def parse_duration(s) -> float:
-    """Parses a JSON duration ("10s", "0.250s") into seconds."""
-    if not isinstance(s, str) or not s.endswith("s"):
+    """Parses a JSON duration from the service ("10s", "0.250s") into seconds."""
+    if not isinstance(s, str) or not _DURATION.match(s):
         raise errors.Unavailable("service sent a malformed duration %r" % (s,))
     return float(s[:-1])
+
+
+def parse_token(t) -> int:
+    """Parses a token from the service: a decimal string (or a JSON integer) in 1..2^64-1."""
+    if isinstance(t, str) and t.isdigit() and t.isascii():
+        t = int(t)
+    if isinstance(t, bool) or not isinstance(t, int) or not 0 < t < 2**64:
+        raise errors.Unavailable("service sent a malformed token %r" % (t,))
+    return t
+
+
+_LEASE_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def grant(ans: dict):
+    """Returns (token, lease id, ttl in seconds) of an Acquire answer."""
+    g = ans.get("grant")
+    if not isinstance(g, dict) or not isinstance(g.get("leaseId"), str) or not _LEASE_ID.match(g["leaseId"]):
+        raise errors.Unavailable("service returned no grant")
+    ttl = parse_duration(g.get("ttl"))
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise errors.Unavailable("service returned a grant with ttl %r" % g.get("ttl"))
+    return parse_token(g.get("token")), g["leaseId"], ttl
 
 
 def _varint(b: bytes, i: int):
@@ -99,7 +128,8 @@ def error_from_body(status: int, body: bytes) -> errors.FencelockError:
     if not isinstance(doc, dict):
         doc = {}
     message = str(doc.get("message") or "HTTP %d" % status)
-    for det in doc.get("details") or []:
+    details = doc.get("details")
+    for det in details if isinstance(details, list) else []:
         if not isinstance(det, dict) or det.get("type") != "fencelock.v1.ErrorDetail":
             continue
         try:
@@ -109,7 +139,8 @@ def error_from_body(status: int, body: bytes) -> errors.FencelockError:
         code = d.pop("code", "")
         if code == "stale_fencing_token":
             d = {"domain": d.get("name", ""), "highest": d.get("token", 0)}
-        return errors.from_code(code, message, **d)
+        if code:
+            return errors.from_code(code, message, **d)
     cls = _CONNECT_CODES.get(str(doc.get("code", "")))
     if cls is None and status >= 500:
         cls = errors.Unavailable
@@ -124,8 +155,13 @@ class Endpoint:
     """One node's API: a pool of kept-alive HTTP connections to it."""
 
     def __init__(self, url: str, dial_timeout: float, max_idle: int = 8):
-        u = urllib.parse.urlsplit(url)
-        if u.scheme not in ("http", "https") or not u.hostname:
+        try:
+            u = urllib.parse.urlsplit(url)
+            _ = u.port  # a malformed port raises ValueError
+            ok = u.scheme in ("http", "https") and u.hostname and not u.username and u.path in ("", "/")
+        except ValueError:
+            ok = False
+        if not ok:
             raise errors.InvalidArgument("endpoint %r: want host:port or an http(s) URL" % url)
         self.url = url
         self.host = u.netloc
@@ -136,9 +172,9 @@ class Endpoint:
         self._mu = threading.Lock()
         self.silent_until = 0.0
 
-    def _conn(self):
+    def _conn(self, fresh=False):
         with self._mu:
-            if self._idle:
+            if self._idle and not fresh:
                 return self._idle.pop(), True
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         return cls(self.host, timeout=self._dial_timeout), False
@@ -156,41 +192,57 @@ class Endpoint:
         for c in idle:
             c.close()
 
-    def post(self, method: str, body: dict, timeout: float) -> dict:
+    def post(self, method: str, body: dict, timeout: float, on_unknown=None) -> dict:
         """Calls one method once; raises a FencelockError on failure.
 
         A connection kept from an earlier call that turns out closed is
-        replaced once at once: every method is safe to repeat.
+        replaced by a new one at once (every method is safe to repeat);
+        on_unknown, if given, hears of the attempt whose outcome is unknown.
+        A failure without an answer raises Unavailable with no_answer set.
         """
         data = json.dumps(body).encode()
-        for _ in range(2):
-            conn, reused = self._conn()
+        deadline = time.monotonic() + timeout
+        fresh = False
+        while True:
+            conn, reused = self._conn(fresh)
             try:
-                status, answer = self._exchange(conn, method, data, timeout)
+                status, answer = self._exchange(conn, method, data, deadline)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as e:
                 conn.close()
-                if reused:
+                if reused and time.monotonic() < deadline:
+                    if on_unknown:
+                        on_unknown(errors.Unavailable("%s: %s" % (self.host, e)))
+                    fresh = True
                     continue
-                raise errors.Unavailable("%s: %s" % (self.host, e)) from None
-            except (OSError, http.client.HTTPException) as e:
+                raise _no_answer("%s: %s" % (self.host, e)) from None
+            except (OSError, http.client.HTTPException, ValueError) as e:
                 conn.close()
-                raise errors.Unavailable("%s: %s" % (self.host, e)) from None
+                raise _no_answer("%s: %s" % (self.host, e)) from None
             self._put(conn)
-            if status == 200:
-                try:
-                    return json.loads(answer)
-                except ValueError:
-                    raise errors.Unavailable("%s sent a malformed answer" % self.host) from None
-            raise error_from_body(status, answer)
-        raise errors.Unavailable("%s: connection closed" % self.host)
+            if status != 200:
+                raise error_from_body(status, answer)
+            try:
+                doc = json.loads(answer)
+            except ValueError:
+                doc = None
+            if not isinstance(doc, dict):
+                raise errors.Unavailable("%s sent a malformed answer" % self.host)
+            return doc
 
-    def _exchange(self, conn, method, data, timeout):
+    def _exchange(self, conn, method, data, deadline):
         if conn.sock is None:
-            conn.connect()  # within the dial timeout
-        conn.sock.settimeout(timeout)
+            conn.timeout = max(0.001, min(self._dial_timeout, deadline - time.monotonic()))
+            conn.connect()
+        conn.sock.settimeout(max(0.001, deadline - time.monotonic()))
         conn.request("POST", SERVICE + method, body=data, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
         return resp.status, resp.read()
+
+
+def _no_answer(msg):
+    err = errors.Unavailable(msg)
+    err.no_answer = True
+    return err
 
 
 def endpoint_url(e: str) -> str:

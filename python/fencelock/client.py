@@ -10,6 +10,7 @@ import threading
 import time
 
 from . import _wire, errors
+from .lock import Lock
 
 log = logging.getLogger("fencelock")
 log.addHandler(logging.NullHandler())
@@ -66,6 +67,7 @@ class Client:
         self._eps = [_wire.Endpoint(_wire.endpoint_url(e), dial_timeout) for e in endpoints]
         self._mu = threading.Lock()
         self._next = 0
+        self._take_backs = {}  # request id -> Event set when its take-back ended
 
     def close(self):
         """Closes idle connections. Held locks are not released."""
@@ -98,6 +100,13 @@ class Client:
             raise errors.InvalidArgument("wait %r is negative" % wait)
         own_id = request_id is not None
         rid = request_id if own_id else secrets.token_hex(16)
+        if own_id:
+            # A take-back of an earlier acquire with this id still under
+            # way could end the grant this one gets.
+            with self._mu:
+                pending = self._take_backs.get(rid)
+            if pending is not None:
+                pending.wait()
         return _Acquisition(self, name, ttl, wait, holder if holder is not None else self.holder,
                             rid, own_id, margin).run()
 
@@ -112,7 +121,7 @@ class Client:
         Raises NotHolder, LeaseExpired or Unavailable.
         """
         ans = self.call("Renew", {"name": name, "leaseId": lease_id, "token": str(token)}, until=until)
-        return _wire.parse_duration(ans.get("ttl", "0s"))
+        return _wire.parse_duration(ans.get("ttl"))
 
     def release(self, name: str, lease_id: str, token: int) -> None:
         """Ends a grant; the next waiter is granted at once. Raises NotHolder."""
@@ -146,9 +155,11 @@ class Client:
         while True:
             ans = self.call("List", {"prefix": prefix, "pageToken": page})
             yield from ans.get("locks", [])
-            page = ans.get("nextPageToken", "")
+            page, prev = ans.get("nextPageToken", ""), page
             if not page:
                 return
+            if page == prev:
+                raise errors.Unavailable("list: the service repeated page token %r" % page)
 
     # Calls.
 
@@ -167,18 +178,18 @@ class Client:
         attempt = 0
         while True:
             ep, i = self._pick()
-            limit = self.attempt_timeout + extra
+            limit = full = self.attempt_timeout + extra
             if until is not None:
                 limit = min(limit, until - time.monotonic())
                 if limit <= 0:
                     raise errors.Unavailable("%s: no answer before the deadline" % method)
             try:
-                return ep.post(method, body, limit)
+                return ep.post(method, body, limit, on_unknown=on_retry)
             except (errors.NotLeader, errors.Unavailable) as e:
                 err = e
             if on_retry:
                 on_retry(err)
-            if isinstance(err, errors.Unavailable):
+            if getattr(err, "no_answer", False) and limit == full:
                 ep.silent_until = time.monotonic() + self.silent_for
             now = time.monotonic()
             give_up = give_up or now + self.retry_timeout
@@ -205,11 +216,14 @@ class Client:
         """Moves the next attempt to the named leader, or on; True if it followed a hint."""
         leader = getattr(err, "leader", "")
         with self._mu:
-            if leader:
-                j = next((k for k, ep in enumerate(self._eps) if ep.host == leader), None)
-                if j is None:
+            j = next((k for k, ep in enumerate(self._eps) if ep.host == leader), None) if leader else None
+            if leader and j is None:
+                try:
                     self._eps.append(_wire.Endpoint("http://" + leader, self._dial_timeout))
                     j = len(self._eps) - 1
+                except errors.InvalidArgument:
+                    log.debug("ignoring a malformed leader hint %r", leader)
+            if j is not None:
                 if j != i and self._eps[j].silent_until <= time.monotonic():
                     self._next = j
                     return True
@@ -245,19 +259,27 @@ class _Acquisition:
         try:
             while True:
                 wait, last = self._next_wait()
+                keep = not last and wait > 0
                 called = time.monotonic()
                 try:
-                    grant = self._send(wait, keep_place=not last and wait > 0)
+                    grant = self._send(wait, keep_place=keep)
                 except errors.LockHeld:
                     if self.end is not None and time.monotonic() >= self.end:
+                        if keep:  # its place is kept for a call that will not come
+                            self._abandon(sync=False)
                         raise
                     # The node ended this call at its max wait, keeping the
                     # request's place: the next call resumes it.
                     time.sleep(max(0.0, MIN_CALL - (time.monotonic() - called)))
                     continue
                 return self._granted(grant)
-        except (errors.NotLeader, errors.Unavailable, KeyboardInterrupt, SystemExit):
-            self._abandon()
+        except _REFUSED:
+            raise  # the service said no: nothing of the request is left on it
+        except BaseException as e:
+            # The outcome is unknown (or the caller gave up): take back a
+            # place or a grant the request may hold. On the way out of the
+            # program, before the interpreter ends.
+            self._abandon(sync=isinstance(e, (KeyboardInterrupt, SystemExit)))
             raise
 
     def _next_wait(self):
@@ -270,150 +292,54 @@ class _Acquisition:
     def _send(self, wait, keep_place):
         body = {"name": self.name, "ttl": _wire.duration(self.ttl), "wait": _wire.duration(wait),
                 "requestId": self.rid, "holder": self.holder, "keepPlace": keep_place}
-        ans = self.c.call("Acquire", body, extra=wait)
-        g = ans.get("grant") or {}
-        if not g.get("token") or not g.get("leaseId"):
-            raise errors.Unavailable("service returned no grant")
-        return g
+        return _wire.grant(self.c.call("Acquire", body, extra=wait))
 
     def _granted(self, g) -> "Lock":
         """A grant that may be older than this acquire (a wait, a retry, the
         caller's own request id) is renewed first, so that the lease counts
         from a known instant."""
         start = self.first
-        token, lease = int(g["token"]), g["leaseId"]
+        token, lease, ttl = g
         if self.own_id or time.monotonic() - start > self.margin:
             now = time.monotonic()
             try:
                 self.c.renew(self.name, lease, token)
                 start = now
-            except errors.Unavailable:
+            except (errors.NotHolder, errors.LeaseExpired):
+                raise
+            except errors.FencelockError:
                 if self.own_id:
                     raise  # no known start for the lease: give up, and take the grant back
-        return Lock(self.c, self.name, token, lease, _wire.parse_duration(g.get("ttl", "0s")), self.margin, start)
+        return Lock(self.c, self.name, token, lease, ttl, self.margin, start)
 
-    def _abandon(self):
+    def _abandon(self, sync):
+        """Takes back what the request left: its place, or its grant. The
+        node does so by itself a few seconds after the request's last call
+        ended; this is sooner, and also ends a grant whose answer was lost."""
+        c, done = self.c, threading.Event()
+        with c._mu:
+            c._take_backs[self.rid] = done
+
         def take_back():
             try:
-                self.c.cancel_wait(self.name, self.rid)
+                c.call("CancelWait", {"name": self.name, "requestId": self.rid},
+                       until=time.monotonic() + c.attempt_timeout)
             except errors.FencelockError as e:
-                log.debug("could not take back an abandoned acquire of %s (the service does within seconds): %s",
-                          self.name, e)
+                if e.code != "not_found":
+                    log.debug("could not take back an abandoned acquire of %s (the node does within seconds): %s",
+                              self.name, e)
+            finally:
+                with c._mu:
+                    if c._take_backs.get(self.rid) is done:
+                        del c._take_backs[self.rid]
+                done.set()
 
-        threading.Thread(target=take_back, name="fencelock-take-back", daemon=True).start()
+        if sync:
+            take_back()
+        else:
+            threading.Thread(target=take_back, name="fencelock-take-back", daemon=True).start()
 
 
-class Lock:
-    """A held grant: its fencing token, and a lease kept alive on a thread.
-
-    ``token`` is the fencing token: send it with every write to the
-    resource. ``lost`` is a threading.Event set the moment the lease can no
-    longer be trusted: when no renewal was confirmed by (start of the last
-    confirmed renewal + TTL - margin, on time.monotonic()), when the service
-    ends the grant, or on release. ``check()`` raises LeaseLost then.
-    """
-
-    def __init__(self, c, name, token, lease_id, ttl, margin, start):
-        self.client, self.name, self.token, self.lease_id, self.ttl = c, name, token, lease_id, ttl
-        self.margin = margin
-        self.lost = threading.Event()
-        self.cause = None
-        self._mu = threading.Lock()
-        self._deadline = start + ttl - margin
-        self._released = threading.Event()
-        self._thread = threading.Thread(target=self._keep_alive, name="fencelock-renew " + name, daemon=True)
-        self._thread.start()
-
-    @property
-    def deadline(self) -> float:
-        """The time.monotonic() instant the lease ends unless renewed first."""
-        with self._mu:
-            return self._deadline
-
-    def check(self) -> None:
-        """Raises LeaseLost if the lease can no longer be trusted.
-
-        It reads the clock itself: after a pause of the process (SIGSTOP,
-        a descheduled VM) it is right before the keep-alive thread runs.
-        """
-        if not self.lost.is_set() and time.monotonic() >= self.deadline:
-            self._lose(errors.LeaseExpired("lock %r token %d: no renewal confirmed within the lease"
-                                           % (self.name, self.token)))
-        if self.lost.is_set():
-            raise errors.LeaseLost("lock %r token %d: lease lost: %s" % (self.name, self.token, self.cause),
-                                   cause=self.cause)
-
-    def _lose(self, cause):
-        with self._mu:
-            if self.lost.is_set():
-                return
-            self.cause = cause
-            self.lost.set()
-        if cause != "released":
-            log.warning("lease lost: lock=%s token=%d cause=%s", self.name, self.token, cause)
-
-    def _keep_alive(self):
-        interval = self.ttl / 3
-        due = time.monotonic() + interval
-        while True:
-            timeout = min(due, self.deadline) - time.monotonic()
-            if self._released.wait(max(timeout, 0)):
-                return
-            now = time.monotonic()
-            if now >= self.deadline:
-                self._expire()
-                return
-            if now < due:
-                continue
-            due = self._renew_once(interval)
-            if due is None:
-                return
-
-    def _expire(self):
-        try:
-            self.check()
-        except errors.LeaseLost:
-            pass
-
-    def _renew_once(self, interval):
-        """Renews once; returns when the next renewal is due, or None when the lock ended."""
-        start = time.monotonic()
-        try:
-            self.client.renew(self.name, self.lease_id, self.token, until=self.deadline)
-        except (errors.NotHolder, errors.LeaseExpired) as e:
-            self._lose(e)
-            return None
-        except errors.FencelockError as e:
-            if self._released.is_set():
-                return None
-            log.warning("renew failed; retrying: lock=%s token=%d err=%s", self.name, self.token, e)
-            return time.monotonic() + max(interval / 4, 0.01)
-        with self._mu:
-            if not self.lost.is_set():
-                self._deadline = max(self._deadline, start + self.ttl - self.margin)
-        return start + interval
-
-    def release(self) -> None:
-        """Stops the renewals, sets ``lost`` and releases the grant.
-
-        Raises NotHolder if the grant had already ended (the lease was lost).
-        """
-        held = not self.lost.is_set() and time.monotonic() < self.deadline
-        self._released.set()  # no renewal starts after this; one under way is harmless
-        self._lose("released")
-        self.client._release(self.name, self.lease_id, self.token, held)
-
-    def __enter__(self) -> "Lock":
-        return self
-
-    def __exit__(self, typ, exc, tb):
-        lost_before = self.lost.is_set() or time.monotonic() >= self.deadline
-        try:
-            self.release()
-        except errors.FencelockError as e:
-            if typ is None and not (lost_before and isinstance(e, errors.NotHolder)):
-                log.warning("release of %s failed: %s", self.name, e)
-        return False
-
-    def __repr__(self):
-        return "Lock(name=%r, token=%d, lost=%s)" % (self.name, self.token, self.lost.is_set())
+# Answers that leave nothing of an acquire's request on the service.
+_REFUSED = (errors.LockHeld, errors.NotHolder, errors.LeaseExpired, errors.InvalidName, errors.InvalidTTL,
+            errors.InvalidArgument)

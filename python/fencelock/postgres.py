@@ -46,6 +46,7 @@ _ABORT_SQL = ("DO $$ BEGIN RAISE EXCEPTION 'fencelock: stale fencing token; "
               "this transaction must roll back'; END $$")
 
 MAX_TOKEN = 2**63 - 1  # BIGINT
+_IN_TRANSACTION = 2  # libpq's PQTRANS_INTRANS, as psycopg and psycopg2 report it
 
 
 def _token(t, what) -> int:
@@ -64,9 +65,14 @@ def quote_ident(name: str) -> str:
 
 
 def _column(name: str) -> str:
-    if not isinstance(name, str) or not name or "." in name:
+    if not isinstance(name, str) or not name or "\x00" in name:
         raise InvalidName("column name %r is malformed" % (name,))
-    return quote_ident(name)
+    return _param_safe('"' + name.replace('"', '""') + '"')
+
+
+def _param_safe(sql: str) -> str:
+    """Escapes % in quoted names for a statement run with parameters."""
+    return sql.replace("%", "%%")
 
 
 def create_fence_table(conn) -> None:
@@ -125,12 +131,12 @@ def update_sql(table: str, key: dict, set: dict, where: dict | None, token: int)
         args.append(val)
     conds.append("%s <= %%s" % FENCE_COLUMN)
     args.append(tok)
-    sql = "UPDATE %s SET %s WHERE %s" % (quote_ident(table), ", ".join(sets), " AND ".join(conds))
+    sql = "UPDATE %s SET %s WHERE %s" % (_param_safe(quote_ident(table)), ", ".join(sets), " AND ".join(conds))
     return sql, args
 
 
 def fenced_update(conn, table: str, key: dict, set: dict, where: dict | None = None, token: int | None = None) -> bool:
-    """Updates one row of table if token may write it, the seeds' process_payment done right.
+    """Updates one row of table if token may write it: a payment that a stale worker cannot repeat.
 
     ``key`` names the row (column: value, a primary or unique key),
     ``set`` the new values, ``where`` business conditions (column: value;
@@ -155,7 +161,7 @@ def fenced_update(conn, table: str, key: dict, set: dict, where: dict | None = N
         # value above the token proves it stale. FOR SHARE: at REPEATABLE
         # READ a plain read would see the snapshot's older value.
         cond = " AND ".join("%s = %%s" % _column(c) for c in key)
-        cur.execute("SELECT %s FROM %s WHERE %s FOR SHARE" % (FENCE_COLUMN, quote_ident(table), cond),
+        cur.execute("SELECT %s FROM %s WHERE %s FOR SHARE" % (FENCE_COLUMN, _param_safe(quote_ident(table)), cond),
                     list(key.values()))
         row = cur.fetchone()
     domain = _row_domain(table, key)
@@ -175,14 +181,21 @@ def check(conn, domain: str, token: int) -> None:
     the transaction ends, so everything the transaction writes after it is
     fenced. Call it before the transaction's writes. Raises StaleToken for a
     lower token, after which the transaction is aborted (PostgreSQL refuses
-    its further statements; roll back). The table must exist
-    (create_fence_table).
+    its further statements; roll back), and InvalidArgument on a connection
+    in autocommit mode, where nothing after it could be fenced. The table
+    must exist (create_fence_table).
     """
     _domain(domain)
     tok = _token(token, domain)
     with conn.cursor() as cur:
         cur.execute(_CHECK_SQL, (domain, tok))
-        if cur.fetchone() is not None:
+        accepted = cur.fetchone() is not None
+        if conn.info.transaction_status != _IN_TRANSACTION:
+            # Autocommit: the row lock ended with the statement, and nothing
+            # after it would be fenced.
+            raise InvalidArgument("check of %r must run inside a transaction (the connection is in autocommit)"
+                                  % domain)
+        if accepted:
             return
         cur.execute(_HIGHEST_SQL, (domain,))
         highest = cur.fetchone()[0]

@@ -15,6 +15,7 @@ A stale token raises StaleToken and writes nothing.
 from __future__ import annotations
 
 import importlib.resources
+import math
 
 from . import _fence
 from .errors import FencelockError, InvalidArgument, StaleToken
@@ -35,6 +36,7 @@ class Fence:
         self._r = client
         self.prefix = prefix
         self._script = client.register_script(_SCRIPT)
+        self._read_highest = client.register_script("return redis.call('GET', KEYS[1])")
 
     def fence_key(self, domain: str) -> str:
         """The key holding domain's highest token."""
@@ -44,6 +46,8 @@ class Fence:
         _fence.domain(domain)
         fk = self.fence_key(domain)
         for k in keys:
+            if not isinstance(k, str):
+                raise InvalidArgument("key %r is not a string" % (k,))
             if k == fk or (self.prefix and k.startswith(self.prefix)):
                 raise InvalidArgument("key %r is a fence key (prefix %r), which fenced writes may not touch"
                                       % (k, self.prefix))
@@ -57,11 +61,11 @@ class Fence:
         raise StaleToken("stale fencing token %d for domain %r: highest accepted is %d" % (token, domain, highest),
                          domain=domain, token=token, highest=highest)
 
-    def set(self, domain: str, token: int, key: str, value, px: int = 0) -> None:
+    def set(self, domain: str, token: int, key: str, value, px: float = 0) -> None:
         """Sets key to value (expiring after px milliseconds unless 0), fenced by token in domain."""
         if px < 0:
             raise InvalidArgument("negative expiration %r" % px)
-        self._run(domain, token, "set", [key], [value, int(px)])
+        self._run(domain, token, "set", [key], [value, math.ceil(px)])
 
     def hset(self, domain: str, token: int, key: str, fields: dict) -> None:
         """Sets fields of the hash at key, fenced by token in domain."""
@@ -85,5 +89,5 @@ class Fence:
     def highest(self, domain: str) -> int:
         """The highest token domain has accepted, or 0."""
         _fence.domain(domain)
-        v = self._r.get(self.fence_key(domain))
+        v = self._read_highest(keys=[self.fence_key(domain)])  # a script: on the primary, as the writes
         return int(_text(v)) if v is not None else 0

@@ -10,13 +10,14 @@ one with StaleToken and stores nothing.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
 
 from . import _fence
-from .errors import FencelockError, Unavailable, from_code
+from .errors import BY_CODE, FencelockError, InvalidToken, Unavailable, from_code
 
 
 class Store:
@@ -38,7 +39,7 @@ class Store:
                 return resp.read(), resp.headers
         except urllib.error.HTTPError as e:
             raise _error(e.code, e.read()) from None
-        except OSError as e:
+        except (OSError, http.client.HTTPException) as e:
             raise Unavailable("store %s: %s" % (self.base, e)) from None
 
     def _write_headers(self, token, domain, if_match, if_none_match, idempotency_key):
@@ -56,13 +57,15 @@ class Store:
         InvalidToken, InvalidName, TooLarge, PreconditionFailed."""
         h = self._write_headers(token, domain, if_match, if_none_match, idempotency_key)
         body, _ = self._do("PUT", self._url("objects", key), bytes(data), h)
-        return json.loads(body)
+        return _json(body)
 
     def get(self, key: str):
         """Returns (data, info) of key: info has etag, token and domain. Raises NotFound."""
         body, h = self._do("GET", self._url("objects", key))
-        return body, {"key": key, "etag": h.get("ETag", ""), "token": int(h.get("Fencing-Token") or 0),
-                      "domain": h.get("Fencing-Domain", "")}
+        tok = h.get("Fencing-Token") or "0"
+        if not (tok.isdigit() and tok.isascii()):
+            raise InvalidToken("get %r: the store sent Fencing-Token %r" % (key, tok))
+        return body, {"key": key, "etag": h.get("ETag", ""), "token": int(tok), "domain": h.get("Fencing-Domain", "")}
 
     def delete(self, key: str, token: int, *, domain: str = "") -> None:
         """Deletes key, fenced by token. Raises StaleToken, NotFound."""
@@ -82,7 +85,17 @@ class Store:
             if e.code == "not_found":
                 return 0
             raise
-        return int(json.loads(body).get("highest", 0))
+        return int(_json(body).get("highest", 0))
+
+
+def _json(body) -> dict:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise Unavailable("the store sent a malformed answer")
+    return doc
 
 
 def _error(status, body):
@@ -93,7 +106,7 @@ def _error(status, body):
     if not isinstance(doc, dict):
         doc = {}
     code, msg = str(doc.get("error") or ""), str(doc.get("message") or "HTTP %d" % status)
-    if status >= 500 and code in ("", "internal"):
+    if status >= 500 and code not in BY_CODE:
         return Unavailable(msg)
     fields = {}
     if code == "stale_fencing_token":

@@ -1,5 +1,10 @@
 """The client against a real node: grants, waits, keep-alive, errors, loss."""
 
+import os
+import pathlib
+import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -134,3 +139,37 @@ def wait_until(cond, timeout=10.0):
             return
         time.sleep(0.02)
     raise AssertionError("condition not met within %ss" % timeout)
+
+
+def test_an_acquire_with_its_own_request_id_waits_for_a_take_back_of_that_id(client):
+    pending = threading.Event()
+    client._take_backs["rid-take-back"] = pending
+    got = []
+    t = threading.Thread(target=lambda: got.append(client.lock("py/takeback", ttl=5, request_id="rid-take-back")))
+    t.start()
+    t.join(0.5)
+    assert not got, "the acquire went ahead while a take-back of its id was under way"
+    del client._take_backs["rid-take-back"]
+    pending.set()
+    t.join(10)
+    assert got and got[0].token > 0
+    got[0].release()
+
+
+def test_ctrl_c_during_a_wait_takes_the_request_back_at_once(client, node):
+    holder = client.lock("py/giveup", ttl=5)
+    code = ("import fencelock; c = fencelock.Client([%r]); print('asking', flush=True); "
+            "c.lock('py/giveup', ttl=5, wait=30)" % node.api)
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(fencelock.__file__).parents[1]))
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert p.stdout.readline() == b"asking\n"
+        wait_until(lambda: len(client.describe("py/giveup").get("waiters", [])) == 1)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(10) != 0 and b"KeyboardInterrupt" in p.stderr.read()
+        # Taken back by the client before it exited: sooner than the node's
+        # own take-back, 3 s after the call's connection closed.
+        assert client.describe("py/giveup").get("waiters", []) == []
+    finally:
+        p.kill()
+        holder.release()

@@ -152,3 +152,10 @@ def test_the_readme_example_pays_the_order(node, pg_dsn):
         status, fence = c.execute("SELECT status, last_fence FROM orders WHERE id = 42").fetchone()
         c.execute("DROP TABLE orders")
     assert status == "paid" and fence > 0
+
+
+def test_domain_check_refuses_autocommit(db):
+    db.conn.autocommit = True
+    with pytest.raises(fencelock.InvalidArgument):
+        postgres.check(db.conn, "py/auto", 3)
+    db.conn.autocommit = False

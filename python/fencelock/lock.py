@@ -1,0 +1,143 @@
+"""A held lock: its token, and a lease kept alive on a thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from . import errors
+
+log = logging.getLogger("fencelock")
+
+
+class Lock:
+    """A held grant: its fencing token, and a lease kept alive on a thread.
+
+    ``token`` is the fencing token: send it with every write to the
+    resource. ``lost`` is a threading.Event set the moment the lease can no
+    longer be trusted: when no renewal was confirmed by (start of the last
+    confirmed renewal + TTL - margin, on time.monotonic()), when the service
+    ends the grant, or on release. ``check()`` raises LeaseLost then.
+    """
+
+    def __init__(self, c, name, token, lease_id, ttl, margin, start):
+        self.client, self.name, self.token, self.lease_id, self.ttl = c, name, token, lease_id, ttl
+        self.margin = margin
+        self.lost = threading.Event()
+        self.cause = None
+        self._mu = threading.Lock()
+        self._deadline = start + ttl - margin
+        self._released = threading.Event()
+        self._thread = threading.Thread(target=self._keep_alive, name="fencelock-renew " + name, daemon=True)
+        self._thread.start()
+
+    @property
+    def deadline(self) -> float:
+        """The time.monotonic() instant the lease ends unless renewed first."""
+        with self._mu:
+            return self._deadline
+
+    def check(self) -> None:
+        """Raises LeaseLost if the lease can no longer be trusted.
+
+        It reads the clock itself: after a pause of the process (SIGSTOP,
+        a descheduled VM) it is right before the keep-alive thread runs.
+        """
+        if not self.lost.is_set() and time.monotonic() >= self.deadline:
+            self._expire()
+        if self.lost.is_set():
+            raise errors.LeaseLost("lock %r token %d: lease lost: %s" % (self.name, self.token, self.cause),
+                                   cause=self.cause)
+
+    def _lose(self, cause):
+        with self._mu:
+            if self.lost.is_set():
+                return
+            self.cause = cause
+            self.lost.set()
+        if cause != "released":
+            log.warning("lease lost: lock=%s token=%d cause=%s", self.name, self.token, cause)
+
+    def _expire(self):
+        self._lose(errors.LeaseExpired("lock %r token %d: no renewal confirmed within the lease"
+                                       % (self.name, self.token)))
+
+    def _keep_alive(self):
+        """Renews every TTL/3 and sets lost at the deadline. A renewal runs
+        on a thread of its own, so that a call that hangs cannot hold up the
+        deadline."""
+        interval = self.ttl / 3
+        due = time.monotonic() + interval
+        try:
+            while not self.lost.is_set():
+                if self._released.wait(max(0.0, min(due, self.deadline) - time.monotonic())):
+                    return
+                if time.monotonic() >= self.deadline:
+                    self._expire()
+                elif time.monotonic() >= due:
+                    due = self._renew_once(interval)
+        except BaseException as e:  # never die with the lease looking alive
+            self._lose(errors.LeaseExpired("keep-alive failed: %r" % e))
+            raise
+
+    def _renew_once(self, interval):
+        """Renews once; returns when the next renewal is due."""
+        start = time.monotonic()
+        done, out = threading.Event(), []
+
+        def renew():
+            try:
+                self.client.renew(self.name, self.lease_id, self.token, until=self.deadline)
+                out.append(None)
+            except BaseException as e:  # handed to the keep-alive thread
+                out.append(e)
+            done.set()
+
+        threading.Thread(target=renew, name="fencelock-renew-call " + self.name, daemon=True).start()
+        while not done.wait(max(0.0, self.deadline - time.monotonic())):
+            if time.monotonic() >= self.deadline:
+                self._expire()
+                return start + interval
+        err = out[0]
+        if isinstance(err, (errors.NotHolder, errors.LeaseExpired)):
+            self._lose(err)
+        elif err is not None and not self._released.is_set():
+            log.warning("renew failed; retrying: lock=%s token=%d err=%s", self.name, self.token, err)
+            return time.monotonic() + max(interval / 4, 0.01)
+        elif err is None:
+            self._extend(start + self.ttl - self.margin)
+        return start + interval
+
+    def _extend(self, deadline):
+        with self._mu:
+            # A renewal confirmed after the deadline passed comes too late:
+            # another holder may have been granted meanwhile.
+            if self.lost.is_set() or time.monotonic() >= self._deadline:
+                return
+            self._deadline = max(self._deadline, deadline)
+
+    def release(self) -> None:
+        """Stops the renewals, sets ``lost`` and releases the grant.
+
+        Raises NotHolder if the grant had already ended (the lease was lost).
+        """
+        held = not self.lost.is_set() and time.monotonic() < self.deadline
+        self._released.set()  # a renewal under way is harmless: it renews nothing after the release
+        self._lose("released")
+        self.client._release(self.name, self.lease_id, self.token, held)
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        lost_before = self.lost.is_set() or time.monotonic() >= self.deadline
+        try:
+            self.release()
+        except errors.FencelockError as e:
+            if typ is None and not (lost_before and isinstance(e, errors.NotHolder)):
+                log.warning("release of %s failed: %s", self.name, e)
+        return False
+
+    def __repr__(self):
+        return "Lock(name=%r, token=%d, lost=%s)" % (self.name, self.token, self.lost.is_set())

@@ -1,0 +1,149 @@
+"""The client's handling of what crosses the wire, without a real node:
+malformed answers become typed errors, and the lease's deadline holds
+whatever the renewals do."""
+
+import datetime
+import http.server
+import json
+import threading
+import time
+
+import pytest
+
+import fencelock
+from fencelock import _wire
+from fencelock.lock import Lock
+
+
+@pytest.mark.parametrize("bad", ["infs", "nans", "-5s", "xs", "5", 5, None, "1e3s"])
+def test_malformed_durations_are_unavailable(bad):
+    with pytest.raises(fencelock.Unavailable):
+        _wire.parse_duration(bad)
+
+
+@pytest.mark.parametrize("grant", [
+    {"token": "0", "leaseId": "a" * 32, "ttl": "5s"},
+    {"token": "-1", "leaseId": "a" * 32, "ttl": "5s"},
+    {"token": 5.7, "leaseId": "a" * 32, "ttl": "5s"},
+    {"token": "5.0", "leaseId": "a" * 32, "ttl": "5s"},
+    {"token": str(2**64), "leaseId": "a" * 32, "ttl": "5s"},
+    {"token": "5", "leaseId": "short", "ttl": "5s"},
+    {"token": "5", "leaseId": "a" * 32, "ttl": "0s"},
+    {"token": "5", "leaseId": "a" * 32},
+    "not a grant",
+])
+def test_malformed_grants_are_unavailable(grant):
+    with pytest.raises(fencelock.Unavailable):
+        _wire.grant({"grant": grant})
+
+
+def test_a_good_grant_parses():
+    assert _wire.grant({"grant": {"token": "18446744073709551615", "leaseId": "a" * 32, "ttl": "1.5s"}}) == \
+        (2**64 - 1, "a" * 32, 1.5)
+
+
+@pytest.mark.parametrize("body", [b"", b"[]", b'{"details":5}', b'{"details":[5, {"type":"x"}]}',
+                                  b'{"code":"unavailable","details":[{"type":"fencelock.v1.ErrorDetail","value":"!!"}]}'])
+def test_malformed_error_answers_are_typed(body):
+    assert isinstance(_wire.error_from_body(503, body), fencelock.FencelockError)
+
+
+def test_error_detail_round_trip():
+    # A real detail: lock_held, report.pdf, worker-1, token 5, expires 2026-12-01T22:54:18.695462622Z.
+    v = "Cglsb2NrX2hlbGQSCnJlcG9ydC5wZGYaCHdvcmtlci0xIAUqDAiaoL3YBhDe1c/LAg"
+    e = _wire.error_from_body(409, json.dumps({"code": "already_exists", "message": "held",
+                                               "details": [{"type": "fencelock.v1.ErrorDetail", "value": v}]}))
+    assert isinstance(e, fencelock.LockHeld)
+    expires = datetime.datetime(2026, 12, 1, 22, 54, 18, 695462, tzinfo=datetime.timezone.utc).timestamp()
+    assert (e.name, e.holder, e.token) == ("report.pdf", "worker-1", 5)
+    assert e.expires == pytest.approx(expires, abs=1e-6)
+
+
+@pytest.mark.parametrize("e", ["h:abc", "user@h:1", "http://[::1", "ftp://h:1", "http://h:1/path"])
+def test_malformed_endpoints_are_invalid_arguments(e):
+    with pytest.raises(fencelock.InvalidArgument):
+        fencelock.Client([e])
+
+
+class FakeNode(http.server.BaseHTTPRequestHandler):
+    """Answers every call with what the test put in .answer: (status, body)."""
+
+    answer = (200, b"{}")
+    calls = 0
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).calls += 1
+        status, body = type(self).answer
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+@pytest.fixture
+def fake():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeNode)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv, "127.0.0.1:%d" % srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_malformed_success_answers_are_unavailable(fake):
+    srv, addr = fake
+    c = fencelock.Client([addr], retry_timeout=0.2)
+    for body in (b"[1]", b"not json", b'"x"'):
+        FakeNode.answer = (200, body)
+        with pytest.raises(fencelock.Unavailable):
+            c.describe("x")
+    FakeNode.answer = (200, b'{"grant":{"token":"0","leaseId":"x"}}')
+    with pytest.raises(fencelock.Unavailable):
+        c.try_lock("x", ttl=5)
+
+
+def test_an_answered_unavailable_does_not_silence_the_node(fake):
+    srv, addr = fake
+    FakeNode.answer = (503, b'{"code":"unavailable","message":"leadership lost"}')
+    c = fencelock.Client([addr], retry_timeout=0.2)
+    with pytest.raises(fencelock.Unavailable):
+        c.describe("x")
+    assert c._eps[0].silent_until == 0.0
+
+
+class HangingClient:
+    """A client whose renewals hang (a frozen node) or come back as told."""
+
+    def __init__(self, delay):
+        self.delay, self.renewals = delay, 0
+
+    def renew(self, name, lease_id, token, until=None):
+        self.renewals += 1
+        time.sleep(self.delay)
+        return 2.0
+
+    def _release(self, *a):
+        pass
+
+
+def test_lost_is_set_at_the_deadline_while_a_renewal_hangs():
+    c = HangingClient(delay=60)
+    start = time.monotonic()
+    lk = Lock(c, "x", 5, "a" * 32, ttl=1.5, margin=0.15, start=start)
+    assert lk.lost.wait(3), "lost not set while the renewal hung"
+    assert time.monotonic() >= start + 1.35 - 0.01 and c.renewals == 1
+    assert isinstance(lk.cause, fencelock.LeaseExpired)
+
+
+def test_a_renewal_confirmed_after_the_deadline_does_not_extend_the_lease():
+    c = HangingClient(delay=1.2)  # sent at 0.5 s, confirmed at 1.7 s: after the deadline at 1.35 s
+    start = time.monotonic()
+    lk = Lock(c, "x", 5, "a" * 32, ttl=1.5, margin=0.15, start=start)
+    assert lk.lost.wait(3)
+    time.sleep(0.5)  # the late renewal returns
+    with pytest.raises(fencelock.LeaseLost):
+        lk.check()
+    assert lk.deadline == pytest.approx(start + 1.35)
