@@ -30,7 +30,7 @@ func (s *Server) PID() int { return s.cmd.Process.Pid }
 
 // StartServers runs n "bin serve" processes on free loopback ports, each
 // with its Raft log under dataDir/nI (fsync on, as shipped); n > 1 makes
-// them one cluster (--bootstrap). It waits until a node's GET /readyz
+// them one cluster (--bootstrap). It waits until a node's GET /readyz?leader
 // answers 200 (a ready leader), for at most 30 s. Each node's log goes to
 // dataDir/nI/serve.log. A node that exits before then (most often because
 // another process took a port between its choice and the node's bind) is
@@ -101,7 +101,7 @@ func startServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, e
 				return nil, fmt.Errorf("%w (%v); see %s", errExitedEarly, s.err, s.log)
 			default:
 			}
-			resp, err := hc.Get("http://" + s.Addr + "/readyz")
+			resp, err := hc.Get("http://" + s.Addr + "/readyz?leader")
 			if err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {

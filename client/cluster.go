@@ -36,6 +36,7 @@ type NodeStatus struct {
 	LastSnapshotIndex uint64        `json:"last_snapshot_index"`
 	LastContact       time.Duration `json:"last_contact"`
 	Members           []Member      `json:"members"`
+	Version           string        `json:"version,omitempty"` // the node's build (fencelock version)
 }
 
 // Status asks the node at addr (host:port or URL; it need not be one of the
@@ -52,7 +53,7 @@ func (c *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
 	m := resp.Msg
 	st := NodeStatus{ID: m.Id, State: m.State, Ready: m.Ready, LeaderID: m.LeaderId, LeaderAPI: m.LeaderApi, Term: m.Term,
 		CommitIndex: m.CommitIndex, AppliedIndex: m.AppliedIndex, LastLogIndex: m.LastLogIndex,
-		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration()}
+		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration(), Version: m.Version}
 	for _, mm := range m.Members {
 		st.Members = append(st.Members, Member{ID: mm.Id, RaftAddr: mm.RaftAddr, APIAddr: mm.ApiAddr, Voter: mm.Voter, Leader: mm.Leader})
 	}

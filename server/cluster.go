@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/internal/buildinfo"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
@@ -107,6 +108,7 @@ type Status struct {
 	LastContact       time.Duration
 	Members           []Member
 	Ready             bool
+	Version           string // the node's build, as buildinfo.Info.String
 }
 
 // Status returns this node's view of the cluster. It is served from local
@@ -119,6 +121,7 @@ func (s *Server) Status() (Status, error) {
 		ID: s.cfg.NodeID, State: strings.ToLower(s.raft.State().String()), LeaderID: string(leaderID),
 		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: u("applied_index"),
 		LastLogIndex: u("last_log_index"), LastSnapshotIndex: u("last_snapshot_index"), Ready: s.Ready(),
+		Version: buildinfo.Read().String(),
 	}
 	st.LeaderAPI, _ = s.fsm.MemberAPI(st.LeaderID)
 	if lc := stats["last_contact"]; lc != "" && lc != "never" && lc != "0" {

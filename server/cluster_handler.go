@@ -29,6 +29,7 @@ func (a *clusterAPI) Status(_ context.Context, _ *connect.Request[fencelockv1.St
 		Id: st.ID, State: st.State, LeaderId: st.LeaderID, LeaderApi: st.LeaderAPI, Term: st.Term,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex,
 		LastSnapshotIndex: st.LastSnapshotIndex, LastContact: durationpb.New(st.LastContact), Ready: st.Ready,
+		Version: st.Version,
 	}
 	for _, m := range st.Members {
 		resp.Members = append(resp.Members, &fencelockv1.Member{Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader})

@@ -20,8 +20,9 @@ import (
 const maxMessageBytes = wire.MaxRequestBytes
 
 // Handler returns the node's HTTP handler: the Connect API (gRPC, gRPC-Web
-// and JSON), /metrics, /healthz (the process is up) and /readyz (the node is
-// a ready leader). Serve it with HTTPServer, or with HTTP/2 enabled.
+// and JSON), /metrics, /healthz (the process is up), /readyz (the node is a
+// ready leader, or a follower in sync with one: InSync) and /readyz?leader
+// (the node is a ready leader). Serve it with HTTPServer, or with HTTP/2 enabled.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// Messages are tiny: compressing them costs more CPU than it saves.
@@ -34,12 +35,18 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.Ready() {
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		_, leaderOnly := r.URL.Query()["leader"]
+		switch {
+		case s.Ready():
+			_, _ = w.Write([]byte("ok: leader\n"))
+		case leaderOnly:
 			http.Error(w, "not ready: not the leader, or leases not re-armed yet", http.StatusServiceUnavailable)
-			return
+		case s.InSync():
+			_, _ = w.Write([]byte("ok: follower in sync with the leader\n"))
+		default:
+			http.Error(w, "not ready: no leader heard from lately, or behind the leader", http.StatusServiceUnavailable)
 		}
-		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
 }

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/netproxy"
 	"github.com/fencelock/fencelock/internal/testproc"

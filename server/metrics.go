@@ -3,6 +3,8 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/fencelock/fencelock/internal/buildinfo"
 )
 
 // The sources of a snapshot restore (the label of fencelock_snapshot_restores_total).
@@ -61,7 +63,12 @@ func newMetrics() *metrics {
 	// Both series exist from the start, so a scrape before any restore reads 0.
 	m.restores.WithLabelValues(restoreLocal)
 	m.restores.WithLabelValues(restoreLeader)
+	bi := buildinfo.Read()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencelock_build_info",
+		Help:        "Always 1; the labels say which build runs: the module version, VCS revision and Go version.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "go_version": bi.GoVersion}})
+	build.Set(1)
 	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores, m.takenBack, m.takeBackRetries, m.appendEntries,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		build, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -187,6 +187,24 @@ func (s *Server) Close() error {
 // so it can serve requests.
 func (s *Server) Ready() bool { return s.leases.isActive() }
 
+// readyLag is how many committed entries a follower may have left to apply
+// and still count as in sync.
+const readyLag = 1024
+
+// InSync reports whether this node is a follower that heard from a leader
+// within twice the election timeout and has applied what it knows to be
+// committed, within readyLag entries: it serves reads of its own state and
+// forwards callers to the leader. /readyz answers 200 on such a node.
+func (s *Server) InSync() bool {
+	if s.raft.State() != raft.Follower {
+		return false
+	}
+	if addr, _ := s.raft.LeaderWithID(); addr == "" || time.Since(s.raft.LastContact()) > 2*s.cfg.ElectionTimeout {
+		return false
+	}
+	return s.raft.AppliedIndex()+readyLag >= s.raft.CommitIndex()
+}
+
 // WaitReady blocks until the node is ready or ctx ends.
 func (s *Server) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(10 * time.Millisecond)

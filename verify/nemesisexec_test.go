@@ -98,7 +98,7 @@ func startHookCluster(t *testing.T, extra ...string) *hookCluster {
 	}
 	for ctx.Err() == nil {
 		for _, s := range c.servers {
-			if resp, err := http.Get("http://" + s + "/readyz"); err == nil {
+			if resp, err := http.Get("http://" + s + "/readyz?leader"); err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
 					return c

@@ -160,14 +160,14 @@ func (n *node) running() bool {
 	return n.cmd != nil || n.external && !n.down
 }
 
-// readyLeader reports whether /readyz answers 200: the node leads and has
+// readyLeader reports whether /readyz?leader answers 200: the node leads and has
 // re-armed its leases.
 func (n *node) readyLeader() bool {
 	if !n.running() {
 		return false
 	}
 	hc := http.Client{Timeout: 300 * time.Millisecond}
-	resp, err := hc.Get("http://" + n.addr + "/readyz")
+	resp, err := hc.Get("http://" + n.addr + "/readyz?leader")
 	if err != nil {
 		return false
 	}

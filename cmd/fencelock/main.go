@@ -28,6 +28,7 @@ Service:
   status     show the cluster: members, leader, term, each node's indexes and health
   members    list, add or remove voters; transfer leadership
   verify     prove fencing under faults: Jepsen-style scenarios, histories, checkers
+  version    print the version and the revision it was built from
 
 Locks:
   lock       run a command while holding a lock (passes FENCELOCK_TOKEN)
@@ -61,6 +62,7 @@ var commands = map[string]command{
 	"members":     runMembers,
 	"status":      runStatus,
 	"verify":      runVerify,
+	"version":     runVersion,
 }
 
 // exitError carries a process exit status out of run.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -28,7 +29,10 @@ func anyStatus(ctx context.Context, c *client.Client) (client.NodeStatus, error)
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("status", "status [flags]\n\n"+
 		"Shows the cluster's members, the leader and term, and each node's own view:\n"+
-		"state, commit and applied index, and whether it answers.", stderr)
+		"state, commit and applied index, version, and whether it answers.\n\n"+
+		"Exit status: 0 when every member answers and there is a ready leader;\n"+
+		"1 when a member does not answer or there is no ready leader (the table is\n"+
+		"printed all the same); 1 also when no node answers at all.", stderr)
 	newClient := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
@@ -48,11 +52,6 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	type nodeView struct {
-		client.Member
-		Status *client.NodeStatus `json:"status,omitempty"`
-		Error  string             `json:"error,omitempty"`
-	}
 	var nodes []nodeView
 	for _, m := range first.Members {
 		v := nodeView{Member: m}
@@ -71,14 +70,17 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		nodes = append(nodes, v)
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(map[string]any{"leader": first.LeaderID, "term": first.Term, "nodes": nodes})
+		if err := json.NewEncoder(stdout).Encode(map[string]any{"leader": first.LeaderID, "term": first.Term, "nodes": nodes}); err != nil {
+			return err
+		}
+		return degraded(nodes)
 	}
 	fmt.Fprintf(stdout, "leader: %s   term: %d   members: %d\n\n", orNone(first.LeaderID), first.Term, len(first.Members))
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tAPI\tRAFT\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT\tHEALTH")
+	fmt.Fprintln(tw, "ID\tAPI\tRAFT\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT\tVERSION\tHEALTH")
 	for _, n := range nodes {
 		if n.Status == nil {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\tunreachable (%s)\n", n.ID, n.APIAddr, n.RaftAddr, n.Error)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\t-\t-\t-\tunreachable (%s)\n", n.ID, n.APIAddr, n.RaftAddr, n.Error)
 			continue
 		}
 		st := n.Status
@@ -90,10 +92,41 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if st.State != "leader" {
 			contact = st.LastContact.Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", n.ID, n.APIAddr, n.RaftAddr, st.State, st.Term,
-			st.CommitIndex, st.AppliedIndex, contact, health)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", n.ID, n.APIAddr, n.RaftAddr, st.State, st.Term,
+			st.CommitIndex, st.AppliedIndex, contact, orNone(st.Version), health)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return degraded(nodes)
+}
+
+// degraded fails when a member did not answer or none is a ready leader:
+// a script or probe running "fencelock status" sees it in the exit status.
+func degraded(nodes []nodeView) error {
+	var down []string
+	leader := false
+	for _, n := range nodes {
+		if n.Status == nil {
+			down = append(down, n.ID)
+		} else if n.Status.State == "leader" && n.Status.Ready {
+			leader = true
+		}
+	}
+	switch {
+	case len(down) > 0:
+		return fmt.Errorf("status: %d of %d members do not answer: %s", len(down), len(nodes), strings.Join(down, ", "))
+	case !leader:
+		return errors.New("status: no member is a ready leader")
+	}
+	return nil
+}
+
+// nodeView is one member as status shows it: its own status, or why not.
+type nodeView struct {
+	client.Member
+	Status *client.NodeStatus `json:"status,omitempty"`
+	Error  string             `json:"error,omitempty"`
 }
 
 func orNone(s string) string {

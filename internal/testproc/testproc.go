@@ -153,7 +153,7 @@ func StartServer(tb testing.TB, extra ...string) *Server {
 }
 
 // Start (re)starts the process on the same addresses and data dir and waits
-// until /readyz answers 200.
+// until /readyz?leader answers 200 (/healthz for a Follower).
 func (s *Server) Start() {
 	s.tb.Helper()
 	args := append([]string{"serve", "--listen", s.Addr, "--raft-addr", s.RaftAddr,
@@ -166,7 +166,7 @@ func (s *Server) Start() {
 	if err := s.cmd.Start(); err != nil {
 		s.tb.Fatalf("start fencelock serve: %v", err)
 	}
-	path := "/readyz"
+	path := "/readyz?leader"
 	if s.Follower {
 		path = "/healthz"
 	}
@@ -198,11 +198,11 @@ func (s *Server) Kill9() {
 // Running reports whether the process is running (not killed by Kill9).
 func (s *Server) Running() bool { return s.cmd != nil }
 
-// IsReadyLeader reports whether /readyz answers 200: the node leads and
+// IsReadyLeader reports whether /readyz?leader answers 200: the node leads and
 // has re-armed its leases.
 func (s *Server) IsReadyLeader() bool {
 	c := http.Client{Timeout: 500 * time.Millisecond}
-	resp, err := c.Get("http://" + s.Addr + "/readyz")
+	resp, err := c.Get("http://" + s.Addr + "/readyz?leader")
 	if err != nil {
 		return false
 	}

@@ -96,7 +96,7 @@ class Node:
 @pytest.fixture(scope="module")
 def node(fencelock_bin, tmp_path_factory):
     """A one-node service, shared by a module's tests."""
-    n = Node(fencelock_bin, tmp_path_factory.mktemp("node") / "data").start().wait("/readyz")
+    n = Node(fencelock_bin, tmp_path_factory.mktemp("node") / "data").start().wait("/readyz?leader")
     yield n
     n.kill()
 
@@ -104,7 +104,7 @@ def node(fencelock_bin, tmp_path_factory):
 @pytest.fixture
 def own_node(fencelock_bin, tmp_path):
     """A one-node service of the test's own, for tests that freeze it."""
-    n = Node(fencelock_bin, tmp_path / "data").start().wait("/readyz")
+    n = Node(fencelock_bin, tmp_path / "data").start().wait("/readyz?leader")
     yield n
     n.kill()
 

@@ -1507,7 +1507,10 @@ type StatusResponse struct {
 	LastContact *durationpb.Duration `protobuf:"bytes,10,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
 	Members     []*Member            `protobuf:"bytes,11,rep,name=members,proto3" json:"members,omitempty"`
 	// True once this node is the leader with every lease re-armed.
-	Ready         bool `protobuf:"varint,12,opt,name=ready,proto3" json:"ready,omitempty"`
+	Ready bool `protobuf:"varint,12,opt,name=ready,proto3" json:"ready,omitempty"`
+	// The node's build, as "fencelock version" prints it: module version,
+	// VCS revision, Go version.
+	Version       string `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1624,6 +1627,13 @@ func (x *StatusResponse) GetReady() bool {
 		return x.Ready
 	}
 	return false
+}
+
+func (x *StatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 type AddMemberRequest struct {
@@ -1988,7 +1998,7 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\"\x0f\n" +
-	"\rStatusRequest\"\xa8\x03\n" +
+	"\rStatusRequest\"\xc2\x03\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2003,7 +2013,8 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\flast_contact\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\vlastContact\x12.\n" +
 	"\amembers\x18\v \x03(\v2\x14.fencelock.v1.MemberR\amembers\x12\x14\n" +
-	"\x05ready\x18\f \x01(\bR\x05ready\"Z\n" +
+	"\x05ready\x18\f \x01(\bR\x05ready\x12\x18\n" +
+	"\aversion\x18\r \x01(\tR\aversion\"Z\n" +
 	"\x10AddMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
