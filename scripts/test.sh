@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs every fencelock test on this machine, from nothing: installs and starts
 # throwaway PostgreSQL and Redis servers on loopback (scripts/services.sh),
-# vets, runs the whole suite with the race detector (unit tests, real-process
-# server and cluster fault tests, the demo, the verify scenarios), tests the
-# bench/ module and smoke-runs the benchmarks against etcd and Redis, and
-# runs the Python client's tests (Debian's python3 and its pytest, psycopg,
-# psycopg2 and redis packages, installed with apt-get if missing) and
-# stops every server it started.
+# installs Debian's chromium and chromium-driver if missing (the dashboard's
+# test drives a real headless Chromium), vets, runs the whole suite with the
+# race detector (unit tests, real-process server and cluster fault tests, the
+# demo, the verify scenarios), runs the Python client's tests (Debian's python3
+# and its pytest, psycopg, psycopg2 and redis packages, installed with apt-get
+# if missing), tests the bench/ module and smoke-runs the benchmarks against
+# etcd and Redis, and stops every server it started.
 #
 #   bash scripts/test.sh            # extra args go to "go test", e.g. -run Server
 set -euo pipefail
@@ -21,6 +22,14 @@ trap cleanup EXIT
 # Assigned first, so that a failed start stops this script (set -e).
 services_env="$(bash scripts/services.sh up "$svcdir")"
 eval "$services_env"
+
+# The dashboard's test drives a real headless Chromium.
+if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
+	[ "$(id -u)" -eq 0 ] || { echo "test.sh: install chromium and chromium-driver (the dashboard test needs them)" >&2; exit 1; }
+	echo "== installing chromium and chromium-driver" >&2
+	apt-get update -q >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver >&2
+fi
 
 echo "== go vet" >&2
 go vet ./...

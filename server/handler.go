@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 const maxMessageBytes = wire.MaxRequestBytes
 
 // Handler returns the node's HTTP handler: the Connect API (gRPC, gRPC-Web
-// and JSON), /metrics, /healthz (the process is up), /readyz (the node is a
+// and JSON), the dashboard at /ui/, /metrics, /healthz (the process is up), /readyz (the node is a
 // ready leader, or a follower in sync with one: InSync) and /readyz?leader
 // (the node is a ready leader). Serve it with HTTPServer, or with HTTP/2 enabled.
 func (s *Server) Handler() http.Handler {
@@ -32,6 +33,9 @@ func (s *Server) Handler() http.Handler {
 	cpath, ch := fencelockv1connect.NewClusterServiceHandler((*clusterAPI)(s), opts)
 	mux.Handle(cpath, ch)
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	ui := s.uiHandler()
+	mux.Handle("/ui", ui)
+	mux.Handle("/ui/", ui)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -86,6 +90,14 @@ func (a *api) count(method string, err error) {
 		code = "other"
 	}
 	a.metrics.rejected.WithLabelValues(method, code).Inc()
+	if code != fencelock.CodeNotLeader {
+		ev := Event{Kind: "refusal", Detail: method + ": " + code}
+		var held *fencelock.LockHeldError
+		if errors.As(err, &held) {
+			ev.Lock, ev.Token, ev.Holder = string(held.Name), held.Token, held.Holder
+		}
+		a.events.add(ev)
+	}
 }
 
 func acquireRequest(m *fencelockv1.AcquireRequest) AcquireRequest {
@@ -158,6 +170,9 @@ func lockInfoMsg(li LockInfo) *fencelockv1.LockInfo {
 	}
 	if !li.Expires.IsZero() {
 		m.Expires = timestamppb.New(li.Expires)
+	}
+	if !li.Acquired.IsZero() {
+		m.Acquired = timestamppb.New(li.Acquired)
 	}
 	for _, w := range li.Waiters {
 		m.Waiters = append(m.Waiters, &fencelockv1.Waiter{Holder: w.Holder, Ttl: durationpb.New(w.TTL)})

@@ -40,6 +40,7 @@ type Server struct {
 	// change under way would make stale.
 	membership sync.Mutex
 	metrics    *metrics
+	events     events // the recent ones, for the dashboard
 	// raftStarted is set once raft.NewRaft has returned. hashicorp/raft
 	// restores the FSM from the node's own latest snapshot inside NewRaft,
 	// and afterwards only when the leader installs a snapshot, so a restore
@@ -357,6 +358,7 @@ func (s *Server) proposeExpire(name fencelock.LockName, token fencelock.Token) e
 	}
 	if res.Err == nil {
 		s.metrics.expiries.Inc()
+		s.events.add(Event{Kind: "expiry", Lock: string(name), Token: token})
 		s.log.Info("lease expired", "lock", name, "token", token)
 	}
 	return nil
@@ -368,6 +370,7 @@ type observer Server
 func (o *observer) Granted(name fencelock.LockName, h fsm.Holder) {
 	s := (*Server)(o)
 	s.metrics.grants.Inc()
+	s.events.add(Event{Kind: "grant", Lock: string(name), Token: h.Token, Holder: h.Holder})
 	s.leases.granted(name, h, time.Now())
 	s.claims.deliver(name, h)
 }

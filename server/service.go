@@ -260,6 +260,7 @@ func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencel
 		return res.Err
 	}
 	s.metrics.releases.Inc()
+	s.events.add(Event{Kind: "release", Lock: string(name), Token: token})
 	return nil
 }
 
@@ -290,8 +291,11 @@ type LockInfo struct {
 	Holder  string // label; "" if the lock is free
 	Token   fencelock.Token
 	Expires time.Time // zero if unknown (not the leader) or free
-	TTL     time.Duration
-	Waiters []WaiterInfo
+	// Acquired is when the grant was made (the leader's clock at the
+	// granting entry); zero if free.
+	Acquired time.Time
+	TTL      time.Duration
+	Waiters  []WaiterInfo
 }
 
 // WaiterInfo describes one queued Acquire.
@@ -304,6 +308,9 @@ func (s *Server) info(l fsm.Lock) LockInfo {
 	li := LockInfo{Name: l.Name}
 	if h := l.Holder; h != nil {
 		li.Holder, li.Token, li.TTL = h.Holder, h.Token, time.Duration(h.TTL)
+		if h.GrantedAt != 0 {
+			li.Acquired = time.Unix(0, h.GrantedAt)
+		}
 		li.Expires, _ = s.leases.expiry(l.Name, h.Token)
 	}
 	for _, w := range l.Waiters {

@@ -1052,11 +1052,14 @@ type LockInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Empty when nobody holds the lock.
-	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	Expires       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires,proto3" json:"expires,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	Waiters       []*Waiter              `protobuf:"bytes,6,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	Holder  string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	Token   uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Expires *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=expires,proto3" json:"expires,omitempty"`
+	Ttl     *durationpb.Duration   `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	Waiters []*Waiter              `protobuf:"bytes,6,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	// When the current grant was made: the leader's clock when it proposed
+	// the granting entry. Absent when nobody holds the lock.
+	Acquired      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acquired,proto3" json:"acquired,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1129,6 +1132,13 @@ func (x *LockInfo) GetTtl() *durationpb.Duration {
 func (x *LockInfo) GetWaiters() []*Waiter {
 	if x != nil {
 		return x.Waiters
+	}
+	return nil
+}
+
+func (x *LockInfo) GetAcquired() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Acquired
 	}
 	return nil
 }
@@ -1967,14 +1977,15 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"M\n" +
 	"\x06Waiter\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12+\n" +
-	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xdf\x01\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x97\x02\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x124\n" +
 	"\aexpires\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12.\n" +
-	"\awaiters\x18\x06 \x03(\v2\x14.fencelock.v1.WaiterR\awaiters\">\n" +
+	"\awaiters\x18\x06 \x03(\v2\x14.fencelock.v1.WaiterR\awaiters\x126\n" +
+	"\bacquired\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bacquired\">\n" +
 	"\x10DescribeResponse\x12*\n" +
 	"\x04lock\x18\x01 \x01(\v2\x16.fencelock.v1.LockInfoR\x04lock\"a\n" +
 	"\vListRequest\x12\x16\n" +
@@ -2111,38 +2122,39 @@ var file_fencelock_v1_lock_proto_depIdxs = []int32{
 	31, // 18: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
 	30, // 19: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
 	15, // 20: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
-	16, // 21: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
-	16, // 22: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
-	31, // 23: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
-	30, // 24: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	21, // 25: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
-	7,  // 26: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
-	10, // 27: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
-	12, // 28: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
-	14, // 29: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
-	18, // 30: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
-	0,  // 31: fencelock.v1.LockService.Session:input_type -> fencelock.v1.SessionRequest
-	5,  // 32: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
-	22, // 33: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
-	24, // 34: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
-	26, // 35: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
-	28, // 36: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
-	9,  // 37: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
-	11, // 38: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
-	13, // 39: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
-	17, // 40: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
-	19, // 41: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
-	2,  // 42: fencelock.v1.LockService.Session:output_type -> fencelock.v1.SessionResponse
-	6,  // 43: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
-	23, // 44: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
-	25, // 45: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
-	27, // 46: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
-	29, // 47: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
-	37, // [37:48] is the sub-list for method output_type
-	26, // [26:37] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	31, // 21: fencelock.v1.LockInfo.acquired:type_name -> google.protobuf.Timestamp
+	16, // 22: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
+	16, // 23: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
+	31, // 24: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
+	30, // 25: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	21, // 26: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
+	7,  // 27: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
+	10, // 28: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
+	12, // 29: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
+	14, // 30: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
+	18, // 31: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
+	0,  // 32: fencelock.v1.LockService.Session:input_type -> fencelock.v1.SessionRequest
+	5,  // 33: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
+	22, // 34: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
+	24, // 35: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
+	26, // 36: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
+	28, // 37: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
+	9,  // 38: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
+	11, // 39: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
+	13, // 40: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
+	17, // 41: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
+	19, // 42: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
+	2,  // 43: fencelock.v1.LockService.Session:output_type -> fencelock.v1.SessionResponse
+	6,  // 44: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
+	23, // 45: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
+	25, // 46: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
+	27, // 47: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
+	29, // 48: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_fencelock_v1_lock_proto_init() }
