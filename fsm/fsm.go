@@ -77,8 +77,11 @@ func (l *lock) export() Lock {
 // arm and disarm lease timers. It must not block for long and must not call
 // back into the FSM's Apply.
 type Observer interface {
-	Granted(name fencelock.LockName, h Holder)
-	Ended(name fencelock.LockName, token fencelock.Token)
+	// Granted: h is the lock's new grant; waited is how long its request
+	// queued (0 when granted at once), by the entries' clock.
+	Granted(name fencelock.LockName, h Holder, waited time.Duration)
+	// Ended: the grant of token ended after held, by the entries' clock.
+	Ended(name fencelock.LockName, token fencelock.Token, held time.Duration)
 	// Restored is called after Restore replaced the whole state (a snapshot
 	// was installed): grants made in entries this replica never applied
 	// are now in Holders.
@@ -134,6 +137,7 @@ type event struct {
 	name    fencelock.LockName
 	granted *Holder
 	ended   fencelock.Token
+	took    time.Duration // waited for a grant, held for an end
 }
 
 // Apply applies one committed log entry and returns a Result.
@@ -154,9 +158,9 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if f.obs != nil {
 		for _, e := range events {
 			if e.granted != nil {
-				f.obs.Granted(e.name, *e.granted)
+				f.obs.Granted(e.name, *e.granted, e.took)
 			} else {
-				f.obs.Ended(e.name, e.ended)
+				f.obs.Ended(e.name, e.ended, e.took)
 			}
 		}
 	}
@@ -294,7 +298,7 @@ func (f *FSM) forgetRequest(name fencelock.LockName, rid string) {
 func (f *FSM) end(index uint64, now int64, l *lock, expired bool, events *[]event) {
 	old := l.Holder
 	l.Holder = nil
-	*events = append(*events, event{name: l.Name, ended: old.Token})
+	*events = append(*events, event{name: l.Name, ended: old.Token, took: time.Duration(max(now-old.GrantedAt, 0))})
 	if old.RequestID != "" {
 		// Remembered from its end on (see EndedWindow).
 		f.requests.put(requestKey(l.Name, old.RequestID), string(l.Name), uint64(old.Token), now)
@@ -307,7 +311,7 @@ func (f *FSM) end(index uint64, now int64, l *lock, expired bool, events *[]even
 			TTL: w.TTL, RequestID: w.RequestID, GrantedAt: now}
 		l.Holder = h
 		g := *h
-		*events = append(*events, event{name: l.Name, granted: &g})
+		*events = append(*events, event{name: l.Name, granted: &g, took: time.Duration(max(now-w.QueuedAt, 0))})
 	}
 	f.dropIfIdle(l)
 }
@@ -435,6 +439,19 @@ func (f *FSM) Holders() map[fencelock.LockName]Holder {
 		}
 	}
 	return out
+}
+
+// Counts returns how many locks are held and how many requests wait.
+func (f *FSM) Counts() (held, waiting int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, l := range f.locks {
+		if l.Holder != nil {
+			held++
+		}
+		waiting += l.queue.len()
+	}
+	return held, waiting
 }
 
 // MemberAPI returns the API address recorded for a node id.

@@ -23,10 +23,10 @@ type recorder struct {
 	ended   []fencelock.Token
 }
 
-func (r *recorder) Granted(_ fencelock.LockName, h Holder) {
+func (r *recorder) Granted(_ fencelock.LockName, h Holder, _ time.Duration) {
 	r.granted = append(r.granted, h.RequestID)
 }
-func (r *recorder) Ended(_ fencelock.LockName, t fencelock.Token) {
+func (r *recorder) Ended(_ fencelock.LockName, t fencelock.Token, _ time.Duration) {
 	r.ended = append(r.ended, t)
 }
 func (r *recorder) Restored() {}

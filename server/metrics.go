@@ -29,6 +29,10 @@ type metrics struct {
 	takenBack, takeBackRetries prometheus.Counter
 	// appendEntries is the number of entries per log append (one sync each).
 	appendEntries prometheus.Histogram
+	// holdSeconds and waitSeconds: how long grants were held and how long
+	// requests queued, by the entries' clock, as this node applied them.
+	holdSeconds, waitSeconds prometheus.Histogram
+	leaderChanges            prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -60,6 +64,14 @@ func newMetrics() *metrics {
 	m.appendEntries = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "fencelock_log_append_entries", Help: "Raft entries written by one append to this node's log; each append is one sync, so the count is the number of syncs.",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 8)})
+	m.holdSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "fencelock_lock_hold_seconds", Help: "How long grants were held, from grant to release, expiry or take-back, as this node applied them (every node applies every entry).",
+		Buckets: prometheus.ExponentialBuckets(0.01, 4, 10)})
+	m.waitSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "fencelock_lock_wait_seconds", Help: "How long each grant's request waited in the queue (0 when granted at once), as this node applied them.",
+		Buckets: append([]float64{0}, prometheus.ExponentialBuckets(0.001, 4, 10)...)})
+	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencelock_leader_changes_total", Help: "Changes of Raft leader this node observed (an election won by anyone, or a leader lost)."})
 	// Both series exist from the start, so a scrape before any restore reads 0.
 	m.restores.WithLabelValues(restoreLocal)
 	m.restores.WithLabelValues(restoreLeader)
@@ -69,6 +81,6 @@ func newMetrics() *metrics {
 		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": bi.Revision, "go_version": bi.GoVersion}})
 	build.Set(1)
 	m.reg.MustRegister(m.grants, m.renewals, m.expiries, m.releases, m.rejected, m.applySeconds, m.restores, m.takenBack, m.takeBackRetries, m.appendEntries,
-		build, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.holdSeconds, m.waitSeconds, m.leaderChanges, build, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -124,8 +124,10 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	s.raft = r
 	s.leaderCheck = &leaderCheck{verify: func() error { return r.VerifyLeader().Error() }}
 	s.raftStarted.Store(true)
-	s.wg.Add(1)
+	s.metrics.reg.MustRegister(newGauges(s))
+	s.wg.Add(2)
 	go s.watchLeadership(notify)
+	go s.countLeaderChanges()
 	if cfg.APIAddr != "" {
 		s.wg.Add(1)
 		go s.registerLoop()
@@ -367,9 +369,10 @@ func (s *Server) proposeExpire(name fencelock.LockName, token fencelock.Token) e
 // observer adapts the server to fsm.Observer.
 type observer Server
 
-func (o *observer) Granted(name fencelock.LockName, h fsm.Holder) {
+func (o *observer) Granted(name fencelock.LockName, h fsm.Holder, waited time.Duration) {
 	s := (*Server)(o)
 	s.metrics.grants.Inc()
+	s.metrics.waitSeconds.Observe(waited.Seconds())
 	s.events.add(Event{Kind: "grant", Lock: string(name), Token: h.Token, Holder: h.Holder})
 	s.leases.granted(name, h, time.Now())
 	s.claims.deliver(name, h)
@@ -392,8 +395,31 @@ func (o *observer) Restored() {
 	}
 }
 
-func (o *observer) Ended(name fencelock.LockName, token fencelock.Token) {
-	(*Server)(o).leases.ended(name, token)
+func (o *observer) Ended(name fencelock.LockName, token fencelock.Token, held time.Duration) {
+	s := (*Server)(o)
+	s.metrics.holdSeconds.Observe(held.Seconds())
+	s.leases.ended(name, token)
+}
+
+// countLeaderChanges counts every change of leader this node observes
+// (fencelock_leader_changes_total), itself included.
+func (s *Server) countLeaderChanges() {
+	defer s.wg.Done()
+	ch := make(chan raft.Observation, 16)
+	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	s.raft.RegisterObserver(obs)
+	defer s.raft.DeregisterObserver(obs)
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-ch:
+			s.metrics.leaderChanges.Inc()
+		}
+	}
 }
 
 // slogWriter routes Raft's own log lines into the server's slog logger.

@@ -1,0 +1,84 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/testproc"
+)
+
+// metric returns the value of the series (name and labels exactly as
+// exported) on the node at addr, or -1 if it is absent.
+func metric(t *testing.T, addr, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+func TestMetrics_GaugesAndHistogramsFollowTheLocks(t *testing.T) {
+	srv := testproc.StartServer(t)
+	c := newClient(t, srv.Addr)
+	ctx := context.Background()
+	for series, want := range map[string]float64{"fencelock_raft_leader": 1, `fencelock_raft_state{state="leader"}`: 1,
+		`fencelock_raft_state{state="follower"}`: 0, "fencelock_locks_held": 0, "fencelock_waiters": 0} {
+		if got := metric(t, srv.Addr, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if metric(t, srv.Addr, "fencelock_raft_term") < 1 || metric(t, srv.Addr, "fencelock_leader_changes_total") < 0 {
+		t.Errorf("term or leader changes missing")
+	}
+	held, err := c.Acquire(ctx, "m/a", client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "m/a", client.WithTTL(10*time.Second))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		done <- err
+	}()
+	for metric(t, srv.Addr, "fencelock_waiters") != 1 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := metric(t, srv.Addr, "fencelock_locks_held"); got != 1 {
+		t.Errorf("fencelock_locks_held = %v with one lock held, want 1", got)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := metric(t, srv.Addr, "fencelock_lock_hold_seconds_count"); got != 2 {
+		t.Errorf("fencelock_lock_hold_seconds_count = %v after two grants ended, want 2", got)
+	}
+	if got := metric(t, srv.Addr, "fencelock_lock_wait_seconds_count"); got != 2 {
+		t.Errorf("fencelock_lock_wait_seconds_count = %v after two grants, want 2", got)
+	}
+	if got := metric(t, srv.Addr, `fencelock_lock_wait_seconds_bucket{le="0"}`); got != 1 {
+		t.Errorf("grants that did not wait = %v, want 1 (the second waited)", got)
+	}
+	if got := metric(t, srv.Addr, "fencelock_lock_hold_seconds_sum"); got < 0.1 {
+		t.Errorf("hold time sum = %v s, want at least the 0.1 s the first grant was held", got)
+	}
+}
