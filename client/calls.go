@@ -69,8 +69,10 @@ type LockInfo struct {
 	Holder  string          `json:"holder,omitempty"` // "" when free
 	Token   fencelock.Token `json:"token,omitempty"`
 	Expires time.Time       `json:"expires,omitzero"`
-	TTL     time.Duration   `json:"ttl,omitempty"`
-	Waiters []WaiterInfo    `json:"waiters,omitempty"`
+	// Acquired is when the current grant was made (the leader's clock).
+	Acquired time.Time     `json:"acquired,omitzero"`
+	TTL      time.Duration `json:"ttl,omitempty"`
+	Waiters  []WaiterInfo  `json:"waiters,omitempty"`
 }
 
 // WaiterInfo describes one queued Acquire.
@@ -83,6 +85,9 @@ func lockInfo(m *fencelockv1.LockInfo) LockInfo {
 	li := LockInfo{Name: m.Name, Holder: m.Holder, Token: fencelock.Token(m.Token), TTL: m.Ttl.AsDuration()}
 	if m.Expires != nil {
 		li.Expires = m.Expires.AsTime()
+	}
+	if m.Acquired != nil {
+		li.Acquired = m.Acquired.AsTime()
 	}
 	for _, w := range m.Waiters {
 		li.Waiters = append(li.Waiters, WaiterInfo{Holder: w.Holder, TTL: w.Ttl.AsDuration()})
@@ -105,6 +110,9 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 		li = lockInfo(m)
 		return nil
 	})
+	if errors.Is(err, fencelock.ErrNotFound) {
+		return LockInfo{}, err // the service's message names the lock
+	}
 	if err != nil {
 		return LockInfo{}, fmt.Errorf("describe %q: %w", name, err)
 	}

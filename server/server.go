@@ -436,6 +436,8 @@ func (w slogWriter) Write(p []byte) (int, error) {
 		level = slog.LevelDebug
 	case strings.HasPrefix(line, "[ERROR]"):
 		level = slog.LevelError
+	case strings.Contains(line, "starting election") && strings.HasSuffix(line, "last-leader-id="):
+		level = slog.LevelInfo // the first election of a node that never knew a leader: a normal start
 	}
 	w.log.Log(context.Background(), level, line, "component", "raft")
 	return len(p), nil

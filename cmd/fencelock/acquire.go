@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -38,13 +39,18 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ttl := fs.Duration("ttl", client.DefaultTTL, "lease TTL")
 	wait := &waitFlag{}
 	fs.Var(wait, "wait", "how long to wait for the lock: a duration, 0 to fail at once if held, or forever")
+	holder := fs.String("holder", "", "label of the grant, shown by describe (default host/pid)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	asEnv := fs.Bool("env", false, "print an export line for a shell: eval \"$(fencelock acquire NAME --env)\" sets FENCELOCK_LOCK, FENCELOCK_TOKEN and FENCELOCK_LEASE_ID, which renew and release read")
 	name, rest, err := splitName(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
 		return usageErr("acquire takes one NAME, got extra %q", rest)
+	}
+	if *asJSON && *asEnv {
+		return usageErr("acquire: --json and --env exclude each other")
 	}
 	if *ttl <= 0 {
 		return usageErr("--ttl %v: want a positive duration", *ttl)
@@ -54,17 +60,35 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer c.Close()
-	l, err := c.Acquire(ctx, name, append(wait.options(), client.WithTTL(*ttl))...)
+	l, err := c.Acquire(ctx, name, acquireOptions(wait, *ttl, *holder)...)
 	if err != nil {
 		return err
 	}
 	g := grantJSON{Name: name, Token: l.Token(), LeaseID: l.LeaseID(), TTL: l.TTL().String()}
-	if *asJSON {
+	switch {
+	case *asJSON:
 		return json.NewEncoder(stdout).Encode(g)
+	case *asEnv:
+		_, err := fmt.Fprintf(stdout, "export FENCELOCK_LOCK=%s FENCELOCK_TOKEN=%d FENCELOCK_LEASE_ID=%s\n",
+			shellQuote(name), g.Token, g.LeaseID)
+		return err
 	}
 	fmt.Fprintf(stdout, "lock=%s token=%d lease_id=%s ttl=%s\n", g.Name, g.Token, g.LeaseID, g.TTL)
 	return nil
 }
+
+// acquireOptions are the options of the lock and acquire commands: the
+// wait, the TTL, and the holder label unless it is "" (the client's default).
+func acquireOptions(wait *waitFlag, ttl time.Duration, holder string) []client.Option {
+	opts := append(wait.options(), client.WithTTL(ttl))
+	if holder != "" {
+		opts = append(opts, client.WithHolder(holder))
+	}
+	return opts
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 type grantJSON struct {
 	Name    string            `json:"name"`
@@ -136,6 +160,7 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlags("release", "release NAME --lease-id ID --token N [flags]", stderr)
 	newClient := clientFlags(fs)
 	id, tok, checkGrant := grantFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
 	name, rest, err := splitName(fs, args)
 	if err != nil {
 		return err
@@ -155,6 +180,9 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer cancel()
 	if err := c.Release(ctx, name, fencelock.LeaseID(*id), fencelock.Token(*tok)); err != nil {
 		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{"name": name, "released": true})
 	}
 	fmt.Fprintf(stdout, "lock=%s released\n", name)
 	return nil

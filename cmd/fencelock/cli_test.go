@@ -80,7 +80,7 @@ func TestRun_HelpAndUsageErrors(t *testing.T) {
 		{[]string{"release", "x", "--lease-id", "0123456789abcdef0123456789abcdef"}, 2, "is not a token", []string{"FENCELOCK_TOKEN=abc"}},
 		{[]string{"list", "--limit", "-1"}, 2, "--limit -1", nil},
 		{[]string{"acquire", "bad\x01name"}, 2, "control character", nil},
-		{[]string{"acquire", "x", "--ttl", "1s", "--server", "127.0.0.1:1"}, 1, "fencelock serve", nil},
+		{[]string{"acquire", "x", "--ttl", "1s", "--server", "127.0.0.1:1", "--retry-timeout", "300ms"}, exitUnavailable, "fencelock serve", nil},
 		{[]string{"demo", "extra"}, 2, "takes no arguments", nil},
 		{[]string{"demo", "--color", "bogus"}, 2, "--color", nil},
 		{[]string{"demo", "--ttl", "2h", "--pause", "3h"}, 2, "--ttl", nil},

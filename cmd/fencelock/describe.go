@@ -10,6 +10,41 @@ import (
 	"github.com/fencelock/fencelock/client"
 )
 
+// lockJSON is a lock as describe and list print it with --json.
+type lockJSON struct {
+	Name      string       `json:"name"`
+	Holder    string       `json:"holder,omitempty"`
+	Token     uint64       `json:"token,omitempty"`
+	TTL       string       `json:"ttl,omitempty"`
+	Acquired  *time.Time   `json:"acquired,omitempty"`
+	Expires   *time.Time   `json:"expires,omitempty"`
+	ExpiresIn string       `json:"expires_in,omitempty"`
+	Waiters   []waiterJSON `json:"waiters"`
+}
+
+type waiterJSON struct {
+	Holder string `json:"holder"`
+	TTL    string `json:"ttl"`
+}
+
+func toJSON(li client.LockInfo) lockJSON {
+	j := lockJSON{Name: li.Name, Holder: li.Holder, Token: uint64(li.Token), Waiters: []waiterJSON{}}
+	if li.Token != 0 {
+		j.TTL = li.TTL.String()
+	}
+	if !li.Acquired.IsZero() {
+		j.Acquired = &li.Acquired
+	}
+	if !li.Expires.IsZero() {
+		j.Expires = &li.Expires
+		j.ExpiresIn = time.Until(li.Expires).Round(time.Millisecond).String()
+	}
+	for _, w := range li.Waiters {
+		j.Waiters = append(j.Waiters, waiterJSON{Holder: w.Holder, TTL: w.TTL.String()})
+	}
+	return j
+}
+
 func printLock(w io.Writer, li client.LockInfo) {
 	if li.Token == 0 {
 		fmt.Fprintf(w, "%s\tfree\n", li.Name)
@@ -44,7 +79,7 @@ func runDescribe(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(li)
+		return json.NewEncoder(stdout).Encode(toJSON(li))
 	}
 	printLock(stdout, li)
 	for i, w := range li.Waiters {
@@ -85,7 +120,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			n++
 			if *asJSON {
-				if err := enc.Encode(li); err != nil {
+				if err := enc.Encode(toJSON(li)); err != nil {
 					return err
 				}
 			} else {

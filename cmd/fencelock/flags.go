@@ -57,7 +57,11 @@ func clientFlags(fs *flag.FlagSet) func() (*client.Client, error) {
 		def = "127.0.0.1:7070"
 	}
 	server := fs.String("server", def, "service endpoints, comma-separated host:port (env FENCELOCK_SERVER)")
+	retry := fs.Duration("retry-timeout", 10*time.Second, "how long a call keeps retrying while the service is unreachable or leaderless (then exit 4)")
 	return func() (*client.Client, error) {
+		if *retry <= 0 {
+			return nil, usageErr("--retry-timeout %v: want a positive duration", *retry)
+		}
 		var eps []string
 		for _, e := range strings.Split(*server, ",") {
 			if e = strings.TrimSpace(e); e != "" {
@@ -69,7 +73,7 @@ func clientFlags(fs *flag.FlagSet) func() (*client.Client, error) {
 		}
 		cfg := client.DefaultConfig(eps...)
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		cfg.RetryTimeout = 10 * time.Second
+		cfg.RetryTimeout = *retry
 		cfg.AdminToken = strings.TrimSpace(os.Getenv("FENCELOCK_ADMIN_TOKEN")) // membership changes
 		return client.NewFromConfig(cfg)
 	}

@@ -23,13 +23,15 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"COMMAND gets FENCELOCK_LOCK, FENCELOCK_TOKEN and FENCELOCK_LEASE_ID in its\n"+
 		"environment: attach FENCELOCK_TOKEN to every write it makes. If the lease\n"+
 		"is lost, COMMAND gets SIGTERM (then SIGKILL after --kill-after). The lock\n"+
-		"is released when COMMAND exits; fencelock exits with COMMAND's status.\n\n"+
+		"is released when COMMAND exits; fencelock exits with COMMAND's status (a\n"+
+		"COMMAND stopped by the SIGTERM of a lost lease: 143, or its own).\n\n"+
 		"Unless fencelock runs on a terminal, COMMAND runs in a process group of its\n"+
 		"own: signals reach everything it started, and after a lost lease whatever\n"+
 		"is left of the group when COMMAND exits is killed. If fencelock itself dies,\n"+
 		"COMMAND gets SIGTERM (Linux).", stderr)
 	newClient := clientFlags(fs)
 	ttl := fs.Duration("ttl", client.DefaultTTL, "lease TTL; renewed every TTL/3 while COMMAND runs")
+	holder := fs.String("holder", "", "label of the grant, shown by describe (default host/pid)")
 	wait := &waitFlag{forever: true}
 	fs.Var(wait, "wait", "how long to wait for the lock: a duration, 0 to fail at once if held, or forever")
 	killAfter := fs.Duration("kill-after", 10*time.Second, "after SIGTERM on lease loss, SIGKILL COMMAND if still running this long")
@@ -51,7 +53,7 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer c.Close()
-	l, err := c.Acquire(ctx, name, append(wait.options(), client.WithTTL(*ttl))...)
+	l, err := c.Acquire(ctx, name, acquireOptions(wait, *ttl, *holder)...)
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,18 @@ Internal:
 
 Run "fencelock COMMAND --help" for a command's flags. Client commands find
 the service with --server or FENCELOCK_SERVER (comma-separated host:port list,
-default 127.0.0.1:7070).
+default 127.0.0.1:7070). With --json, every command prints one JSON shape:
+snake_case keys, tokens as numbers, durations as Go duration strings ("10s").
+
+Exit status:
+  0  done
+  1  failed (status: a member down or no ready leader)
+  2  usage error or bad input (a name, TTL or token the service refuses)
+  3  the lock is held (a try-lock, or the wait ran out)
+  4  the service is unreachable, or the outcome is unknown (retry)
+  5  the lease is lost: renew or release of a grant that ended
+  "lock" exits with COMMAND's status once it ran (128+N if signal N ended it;
+  a lost lease sends COMMAND SIGTERM).
 `
 
 type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
@@ -119,11 +130,33 @@ func main() {
 		return
 	case errors.As(err, &ee):
 		os.Exit(ee.code)
-	case errors.Is(err, errUsage), badInput(err):
-		fmt.Fprintln(os.Stderr, "fencelock:", err)
-		os.Exit(2)
 	default:
 		fmt.Fprintln(os.Stderr, "fencelock:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// The documented exit statuses (see usage).
+const (
+	exitFailed      = 1
+	exitUsage       = 2
+	exitLockHeld    = 3
+	exitUnavailable = 4
+	exitLeaseLost   = 5
+)
+
+// exitCode is the status a command that failed with err exits with.
+func exitCode(err error) int {
+	switch {
+	case errors.Is(err, errUsage), badInput(err):
+		return exitUsage
+	case errors.Is(err, fencelock.ErrLockHeld):
+		return exitLockHeld
+	case errors.Is(err, fencelock.ErrUnavailable), errors.Is(err, fencelock.ErrNotLeader),
+		errors.Is(err, context.DeadlineExceeded):
+		return exitUnavailable
+	case errors.Is(err, fencelock.ErrLeaseExpired), errors.Is(err, fencelock.ErrNotHolder):
+		return exitLeaseLost
+	}
+	return exitFailed
 }

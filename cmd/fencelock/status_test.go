@@ -147,3 +147,10 @@ func TestDeployThreeNodes_StartsAClusterThatStatusSees(t *testing.T) {
 		t.Errorf("status after three-nodes.sh down: exit 0, want a failure")
 	}
 }
+
+func TestServe_AFirstStartLogsNoWarning(t *testing.T) {
+	srv := testproc.StartServer(t, "--log-level", "info")
+	if log := srv.Log(); strings.Contains(log, "level=WARN") || strings.Contains(log, "level=ERROR") {
+		t.Errorf("a normal first start logged a warning or an error:\n%s", log)
+	}
+}
