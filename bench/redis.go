@@ -43,7 +43,7 @@ type Redis struct {
 }
 
 // NewRedis connects to the Redis at addr. label names the column. With
-// twoStep, acquire is the seeds' two commands (SET NX PX, then INCR on
+// twoStep, acquire is the usual two commands (SET NX PX, then INCR on
 // success) instead of one Lua script.
 func NewRedis(ctx context.Context, label, addr string, ttl, retry time.Duration, poolSize int, twoStep bool) (*Redis, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, MinIdleConns: min(poolSize, 64)})

@@ -1,10 +1,10 @@
-// Package postgres fences writes to PostgreSQL, the seeds' relational
+// Package postgres fences writes to PostgreSQL, a relational
 // resource, in two ways. Both put the token check in the same statement or
 // transaction as the write, so PostgreSQL itself is the final arbiter.
 //
 // # Row fence
 //
-// Each protected row carries the highest token that wrote it, in the seeds'
+// Each protected row carries the highest token that wrote it, in a
 // column (AddFenceColumn adds it):
 //
 //	ALTER TABLE orders ADD COLUMN IF NOT EXISTS last_fence BIGINT NOT NULL DEFAULT 0;

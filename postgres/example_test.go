@@ -14,7 +14,7 @@ import (
 	"github.com/fencelock/fencelock/postgres"
 )
 
-// The seeds' process_payment: mark order 42 paid, fenced by the token of the
+// The payment of order 42: mark it paid, fenced by the token of the
 // lock "order:42". Not run: it needs a PostgreSQL server.
 func ExampleNewUpdate() {
 	ctx := context.Background()

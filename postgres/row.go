@@ -69,8 +69,8 @@ type assignment struct {
 	value  any
 }
 
-// Update is a fenced conditional UPDATE of one row, the seeds'
-// process_payment:
+// Update is a fenced conditional UPDATE of one row, such as a payment
+// that a stale worker must not repeat:
 //
 //	applied, err := postgres.NewUpdate("orders", token).
 //		Set("status", "paid").Set("paid_amount", 100).
@@ -115,7 +115,7 @@ func (u *Update) Key(column string, value any) *Update {
 	return u
 }
 
-// Where adds a business condition, column = value (the seeds' status =
+// Where adds a business condition, column = value (status =
 // 'pending'); a value sent as NULL (nil, a nil pointer, slice or map, or a
 // driver.Valuer such as sql.NullTime{} whose value is nil) tests column IS
 // NULL (paid_at IS NULL), since = NULL holds for no row. When it does not hold, Exec updates nothing and reports

@@ -16,7 +16,7 @@ import (
 	"github.com/fencelock/fencelock/postgres"
 )
 
-// ordersDB creates the seeds' orders table with order 42 pending, and adds
+// ordersDB creates the orders table with order 42 pending, and adds
 // the fence column (twice: AddFenceColumn is idempotent).
 func ordersDB(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
@@ -32,7 +32,7 @@ func ordersDB(tb testing.TB) *pgxpool.Pool {
 	return pool
 }
 
-// pay is the seeds' process_payment: pending -> paid, fenced by token.
+// pay is the payment: pending -> paid, fenced by token.
 func pay(ctx context.Context, db postgres.Querier, orderID int, amount int, token fencelock.Token) (bool, error) {
 	return postgres.NewUpdate("orders", token).
 		Set("status", "paid").

@@ -18,7 +18,7 @@
 // The highest tokens are as durable as the Redis server: without
 // appendonly yes and appendfsync always, a crash can lose a raised token and
 // readmit a stale holder; with asynchronous replication, a failover can do
-// the same (the seeds' warning about INCR tokens applies to fences too). Use
+// the same (as it can rewind a token kept with INCR). Use
 // Redis as a fenced resource only where that is acceptable, or fence in
 // PostgreSQL or the object store. In Redis Cluster, every key a script
 // touches must hash to one slot: the fence key carries the domain as a hash

@@ -1,5 +1,5 @@
 // Package store is a fenced object store served over HTTP: the resource of
-// the seeds' report.pdf example, which refuses writes from a lock holder whose
+// report.pdf example of the demo, which refuses writes from a lock holder whose
 // fencing token is stale, and a Go client for it.
 //
 // # Guarantees

@@ -13,7 +13,7 @@ import (
 	"github.com/fencelock/fencelock/store"
 )
 
-// The seeds' report.pdf: worker B (token 34) writes the report; worker A
+// The report.pdf of the demo: worker B (token 34) writes the report; worker A
 // (token 33) wakes up from a long GC pause and tries to overwrite it. The
 // store refuses A, and B's report survives.
 func Example() {

@@ -276,7 +276,7 @@ func pauseLeader(ctx context.Context, e *env) {
 	}
 }
 
-// zombie runs in client slot 0 between its read and its write (the seeds'
+// zombie runs in client slot 0 between its read and its write (the classic
 // scenario). Even cycles freeze the client process with SIGSTOP for 1.5-2.5x
 // the TTL (its keep-alive freezes with it); odd cycles cut it from the lock
 // service (not from the store) for as long, so it cannot renew, and it

@@ -88,7 +88,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		failed = failed || !ok
 	} else {
-		out.note("payment act skipped: pass --postgres DSN to run the seeds' order-42 payment against PostgreSQL")
+		out.note("payment act skipped: pass --postgres DSN to run the payment of order 42 against PostgreSQL")
 	}
 	out.footer()
 	if failed {
@@ -340,7 +340,7 @@ func (w *worker) kill() {
 	_ = w.cmd.Wait()
 }
 
-// runPaymentAct plays the seeds' payment scenario against PostgreSQL with
+// runPaymentAct plays the double-payment scenario against PostgreSQL with
 // the row fence, and reports whether order 42 was paid exactly once, by B.
 func runPaymentAct(ctx context.Context, out *timeline, n int, dsn, lockAddr string, ttl, pause time.Duration) (bool, error) {
 	const act = "payment"

@@ -61,7 +61,7 @@ func readDemoOrder(ctx context.Context, dsn string) (status, paidBy string, fenc
 	return status, paidBy, fence, err
 }
 
-// payOrder is the payment worker: the seeds' process_payment under a lock,
+// payOrder is the payment worker: the payment of order 42 under a lock,
 // with the row fence. With gate, it stops after reading the pending order
 // until a line arrives on stdin (the demo freezes it there).
 func payOrder(ctx context.Context, c *client.Client, dsn, name string, ttl time.Duration, gate bool, emit func(demoEvent)) error {
