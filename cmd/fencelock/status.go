@@ -64,7 +64,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			if err != nil {
 				v.Error = err.Error()
 			} else {
-				v.Status = &st
+				v.Status = &nodeStatusJSON{NodeStatus: st, LastContact: st.LastContact.String()}
 			}
 		}
 		nodes = append(nodes, v)
@@ -90,7 +90,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		contact := "-"
 		if st.State != "leader" {
-			contact = st.LastContact.Round(time.Millisecond).String()
+			contact = st.NodeStatus.LastContact.Round(time.Millisecond).String()
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", n.ID, n.APIAddr, n.RaftAddr, st.State, st.Term,
 			st.CommitIndex, st.AppliedIndex, contact, orNone(st.Version), health)
@@ -125,8 +125,15 @@ func degraded(nodes []nodeView) error {
 // nodeView is one member as status shows it: its own status, or why not.
 type nodeView struct {
 	client.Member
-	Status *client.NodeStatus `json:"status,omitempty"`
-	Error  string             `json:"error,omitempty"`
+	Status *nodeStatusJSON `json:"status,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// nodeStatusJSON is a node's status with its last contact as a duration
+// string, as every command prints durations.
+type nodeStatusJSON struct {
+	client.NodeStatus
+	LastContact string `json:"last_contact"`
 }
 
 func orNone(s string) string {

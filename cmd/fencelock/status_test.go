@@ -81,10 +81,19 @@ func TestStatusAndReadyz_FollowReadinessAndExitCodes(t *testing.T) {
 	}
 	out, code = testproc.Run(ctx, t, env, "status", "--json")
 	var doc struct {
-		Nodes []json.RawMessage `json:"nodes"`
+		Nodes []struct {
+			Status *struct {
+				LastContact string `json:"last_contact"`
+			} `json:"status"`
+		} `json:"nodes"`
 	}
 	if code != 1 || json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &doc) != nil || len(doc.Nodes) != 3 {
 		t.Errorf("status --json with a member down: exit %d, want 1 and three nodes:\n%s", code, out)
+	}
+	for _, n := range doc.Nodes {
+		if n.Status != nil && !strings.HasSuffix(n.Status.LastContact, "s") {
+			t.Errorf("status --json: last_contact %q, want a duration string", n.Status.LastContact)
+		}
 	}
 }
 
