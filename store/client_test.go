@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -190,7 +191,7 @@ func TestServer_disableFencing(t *testing.T) {
 	if resp.Header.Get(store.HeaderFencing) != "disabled" {
 		t.Fatalf("answers carry %s: %q, want %q", store.HeaderFencing, resp.Header.Get(store.HeaderFencing), "disabled")
 	}
-	want := `fencelock_store_writes_total{domain="report.pdf",result="unfenced_stale"} 2`
+	want := `fencelock_store_writes_total{result="unfenced_stale"} 2`
 	if !strings.Contains(string(body), want) {
 		t.Fatalf("metrics lack %q:\n%s", want, body)
 	}
@@ -202,6 +203,9 @@ func TestServer_metrics(t *testing.T) {
 	_, _ = ts.client.Put(ctx, "k", 5, strings.NewReader("v"))
 	_, _ = ts.client.Put(ctx, "k", 4, strings.NewReader("v"))
 	_, _ = ts.client.Put(ctx, "k", 0, strings.NewReader("v"))
+	for i := 0; i < 50; i++ { // refusals in many domains add no series
+		_, _ = ts.client.Put(ctx, fmt.Sprintf("d%d", i), 0, strings.NewReader("v"))
+	}
 	resp, err := ts.http.Client().Get(ts.http.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -209,13 +213,16 @@ func TestServer_metrics(t *testing.T) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{
-		`fencelock_store_writes_total{domain="k",result="accepted"} 1`,
-		`fencelock_store_writes_total{domain="k",result="rejected_stale"} 1`,
-		`fencelock_store_writes_total{domain="k",result="rejected_missing_token"} 1`,
+		`fencelock_store_writes_total{result="accepted"} 1`,
+		`fencelock_store_writes_total{result="rejected_stale"} 1`,
+		`fencelock_store_writes_total{result="rejected_missing_token"} 51`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	if n := strings.Count(string(body), "\nfencelock_store_writes_total{"); n != 3 {
+		t.Errorf("%d series of fencelock_store_writes_total, want 3 (one per result seen)", n)
 	}
 }
 

@@ -19,10 +19,11 @@ func newMetrics() *metrics {
 			Namespace: "fencelock",
 			Subsystem: "store",
 			Name:      "writes_total",
-			Help: "Fenced writes (PUT, DELETE, fence POST) by fence domain and result: accepted, " +
+			Help: "Fenced writes (PUT, DELETE, fence POST) by result: accepted, " +
 				"rejected_stale, rejected_missing_token, precondition_failed, not_found, and with " +
-				"fencing disabled unfenced or unfenced_stale (a write fencing would have refused).",
-		}, []string{"domain", "result"}),
+				"fencing disabled unfenced or unfenced_stale (a write fencing would have refused). " +
+				"Not by domain, which callers choose without bound: refusals are logged with theirs.",
+		}, []string{"result"}),
 	}
 	m.idemExpired = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "fencelock",
@@ -38,7 +39,7 @@ func newMetrics() *metrics {
 
 // observe counts a decided write and logs refusals.
 func (s *Server) observe(w write, result string) {
-	s.metrics.writes.WithLabelValues(w.domain, result).Inc()
+	s.metrics.writes.WithLabelValues(result).Inc()
 	log := s.log.With("op", opName(w.op), "key", w.key, "domain", w.domain, "token", uint64(w.token))
 	switch result {
 	case resultAccepted, resultUnfenced:
