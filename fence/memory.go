@@ -56,7 +56,7 @@ func (m *Memory) Do(ctx context.Context, domain string, token fencelock.Token, w
 		return fmt.Errorf("fence write: %w", err)
 	}
 	if err := Admit(domain, d.highest, token); err != nil {
-		return err
+		return Refused("memory", err)
 	}
 	if write != nil {
 		if err := write(ctx); err != nil {

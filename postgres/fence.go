@@ -73,6 +73,10 @@ func dbToken(token fencelock.Token) (int64, error) {
 // math.MaxInt64, and ErrInvalidName for a malformed domain. The table must
 // exist (CreateFenceTable).
 func Check(ctx context.Context, tx pgx.Tx, domain string, token fencelock.Token) error {
+	return fence.Refused("postgres", check(ctx, tx, domain, token))
+}
+
+func check(ctx context.Context, tx pgx.Tx, domain string, token fencelock.Token) error {
 	if err := fence.ValidateDomain(domain); err != nil {
 		return fmt.Errorf("check fence: %w", err)
 	}

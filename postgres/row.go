@@ -222,6 +222,11 @@ func isNull(v any) bool {
 // retry with this token); an error wrapping fencelock.ErrNotFound if no row
 // has the key; and SQL's errors.
 func (u *Update) Exec(ctx context.Context, db Querier) (applied bool, err error) {
+	applied, err = u.exec(ctx, db)
+	return applied, fence.Refused("postgres", err)
+}
+
+func (u *Update) exec(ctx context.Context, db Querier) (applied bool, err error) {
 	sql, args, err := u.SQL()
 	if err != nil {
 		return false, err

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/fence"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -61,6 +64,7 @@ func TestUpdate_Exec(t *testing.T) {
 		{name: "token beyond BIGINT", order: 42, token: math.MaxInt64 + 1, wantErr: fencelock.ErrInvalidToken},
 		{name: "no such order", order: 7, token: 50, wantErr: fencelock.ErrNotFound},
 	}
+	staleBefore := testutil.ToFloat64(fence.Refusals.WithLabelValues("postgres", "stale"))
 	for _, s := range steps {
 		applied, err := pay(ctx, pool, s.order, 100, s.token)
 		if applied != s.wantApplied || !errors.Is(err, s.wantErr) || (err != nil) != (s.wantErr != nil) {
@@ -78,6 +82,9 @@ func TestUpdate_Exec(t *testing.T) {
 	}
 	if status != "paid" || last != 34 {
 		t.Fatalf("order 42 ends %s with last_fence %d, want paid with 34", status, last)
+	}
+	if n := testutil.ToFloat64(fence.Refusals.WithLabelValues("postgres", "stale")) - staleBefore; n != 1 {
+		t.Errorf("fencelock_fence_refusals_total{adapter=postgres,reason=stale} rose by %v, want 1", n)
 	}
 }
 

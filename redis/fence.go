@@ -93,7 +93,7 @@ func (f *Fence) run(ctx context.Context, domain string, token fencelock.Token, o
 		}
 	}
 	if err := fence.Admit(domain, 0, token); err != nil {
-		return err
+		return fence.Refused("redis", err)
 	}
 	res, err := fencedWrite.Run(ctx, f.rdb, append([]string{fk}, keys...),
 		append([]any{token.String(), op}, args...)...).Slice()
@@ -111,7 +111,7 @@ func (f *Fence) run(ctx context.Context, domain string, token fencelock.Token, o
 	if err != nil {
 		return fmt.Errorf("run fenced %s: fence key %s holds %q, not a token", op, f.FenceKey(domain), s)
 	}
-	return fence.Admit(domain, fencelock.Token(highest), token)
+	return fence.Refused("redis", fence.Admit(domain, fencelock.Token(highest), token))
 }
 
 // Set sets key to value (with an expiration unless it is 0), fenced by token

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/fence"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
@@ -182,9 +185,17 @@ func TestFence_writes(t *testing.T) {
 			if err := f.Check(ctx, "d", 34); err != nil {
 				t.Fatalf("Check(d, 34) returned %v", err)
 			}
+			staleBefore := testutil.ToFloat64(fence.Refusals.WithLabelValues("redis", "stale"))
 			err := tt.write(ctx, f, p, tt.token)
 			if !errors.Is(err, tt.wantErr) || (err != nil) != (tt.wantErr != nil) {
 				t.Fatalf("write with token %d returned %v, want %v", tt.token, err, tt.wantErr)
+			}
+			wantCounted := 0.0
+			if errors.Is(tt.wantErr, fencelock.ErrStaleToken) {
+				wantCounted = 1
+			}
+			if n := testutil.ToFloat64(fence.Refusals.WithLabelValues("redis", "stale")) - staleBefore; n != wantCounted {
+				t.Errorf("stale refusals counted: %v, want %v", n, wantCounted)
 			}
 			for _, k := range []string{"s", "x", "h/f", "h/g"} {
 				var got string
