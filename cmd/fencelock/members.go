@@ -16,7 +16,7 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		"started with an admin token (serve --admin-token-file) wants it for add, remove\n"+
 		"and transfer-leader: set FENCELOCK_ADMIN_TOKEN.", stderr)
 	newClient := clientFlags(fs)
-	asJSON := fs.Bool("json", false, "print JSON (list)")
+	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -60,7 +60,8 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err := c.AddMember(ctx, rest[0], rest[1], rest[2]); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "added %s (%s)\n", rest[0], rest[1])
+		return say(stdout, *asJSON, map[string]any{"added": rest[0], "raft_addr": rest[1], "api_addr": rest[2]},
+			"added %s (%s)", rest[0], rest[1])
 	case "remove":
 		if len(rest) != 1 {
 			return usageErr("members remove ID")
@@ -68,7 +69,7 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err := c.RemoveMember(ctx, rest[0]); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "removed %s\n", rest[0])
+		return say(stdout, *asJSON, map[string]any{"removed": rest[0]}, "removed %s", rest[0])
 	case "transfer-leader":
 		id := ""
 		if len(rest) == 1 {
@@ -80,9 +81,17 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "leader is now %s\n", leader)
+		return say(stdout, *asJSON, map[string]any{"leader_id": leader}, "leader is now %s", leader)
 	default:
 		return usageErr("members: unknown subcommand %q: list, add, remove or transfer-leader", sub)
 	}
-	return nil
+}
+
+// say prints what a command did: doc as JSON with asJSON, else the line.
+func say(w io.Writer, asJSON bool, doc map[string]any, format string, args ...any) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(doc)
+	}
+	_, err := fmt.Fprintf(w, format+"\n", args...)
+	return err
 }

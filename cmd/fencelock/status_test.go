@@ -95,6 +95,14 @@ func TestStatusAndReadyz_FollowReadinessAndExitCodes(t *testing.T) {
 			t.Errorf("status --json: last_contact %q, want a duration string", n.Status.LastContact)
 		}
 	}
+	out, code = testproc.Run(ctx, t, env, "members", "list", "--json")
+	var members []struct {
+		ID       string `json:"id"`
+		RaftAddr string `json:"raft_addr"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &members) != nil || len(members) != 3 || members[0].RaftAddr == "" {
+		t.Errorf("members list --json: exit %d, want three members with snake_case keys:\n%s", code, out)
+	}
 }
 
 func TestVersion_PrintsTheBuildAndMetricsCarryIt(t *testing.T) {
