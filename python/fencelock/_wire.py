@@ -119,14 +119,18 @@ def error_detail(value: str) -> dict:
     return d
 
 
-def error_from_body(status: int, body: bytes) -> errors.FencelockError:
-    """Turns a Connect error answer into the typed error it carries."""
+def json_object(body):
+    """The JSON object in body, or None if it holds none."""
     try:
         doc = json.loads(body)
     except ValueError:
-        doc = {}
-    if not isinstance(doc, dict):
-        doc = {}
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def error_from_body(status: int, body: bytes) -> errors.FencelockError:
+    """Turns a Connect error answer into the typed error it carries."""
+    doc = json_object(body) or {}
     message = str(doc.get("message") or "HTTP %d" % status)
     details = doc.get("details")
     for det in details if isinstance(details, list) else []:
@@ -221,11 +225,8 @@ class Endpoint:
             self._put(conn)
             if status != 200:
                 raise error_from_body(status, answer)
-            try:
-                doc = json.loads(answer)
-            except ValueError:
-                doc = None
-            if not isinstance(doc, dict):
+            doc = json_object(answer)
+            if doc is None:
                 raise errors.Unavailable("%s sent a malformed answer" % self.host)
             return doc
 

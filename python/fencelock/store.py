@@ -11,12 +11,12 @@ one with StaleToken and stores nothing.
 from __future__ import annotations
 
 import http.client
-import json
 import urllib.error
 import urllib.parse
 import urllib.request
 
 from . import _fence
+from ._wire import json_object
 from .errors import BY_CODE, FencelockError, InvalidToken, Unavailable, from_code
 
 
@@ -89,22 +89,14 @@ class Store:
 
 
 def _json(body) -> dict:
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
+    doc = json_object(body)
+    if doc is None:
         raise Unavailable("the store sent a malformed answer")
     return doc
 
 
 def _error(status, body):
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        doc = {}
-    if not isinstance(doc, dict):
-        doc = {}
+    doc = json_object(body) or {}
     code, msg = str(doc.get("error") or ""), str(doc.get("message") or "HTTP %d" % status)
     if status >= 500 and code not in BY_CODE:
         return Unavailable(msg)
