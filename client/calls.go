@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -26,7 +27,7 @@ func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, t
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("renew: %w", err)
+		return 0, opError("renew", err)
 	}
 	return ttl, nil
 }
@@ -58,9 +59,18 @@ func (c *Client) release(ctx context.Context, name string, id fencelock.LeaseID,
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("release: %w", err)
+		return opError("release", err)
 	}
 	return nil
+}
+
+// opError names the operation op in err, unless the service's message
+// already begins with it ("release \"x\" token 3: not the lock holder").
+func opError(op string, err error) error {
+	if strings.HasPrefix(err.Error(), op+" ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }
 
 // LockInfo describes one lock, as Describe and List return it.
