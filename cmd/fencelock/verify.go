@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -56,6 +57,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&cfg.NemesisExec, "nemesis-exec", "", "with --servers: a program that kills, starts, pauses, resumes, isolates and heals your servers, so that scenarios 1, 2, 3 and 5 run against them (see docs/VERIFICATION.md)")
 	fs.StringVar(&cfg.Resource, "resource", verify.ResourceStore, "the fenced resource the workload writes: store (the object store), or a postgres://DSN or redis://ADDR URL (existing servers; tables and keys named fencelock_verify_* / fencelock:verify:*)")
 	out := fs.String("out", "", "output directory for histories, logs and visualisations (default: a new temp dir)")
+	asJSON := fs.Bool("json", false, "print each scenario's result as a JSON line instead of the table")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -136,22 +138,9 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageErr("%v", err)
 	}
 	results, err := verify.Run(ctx, cfg, which...)
-	verify.WriteTable(stdout, results)
-	rerun := ""
-	if cfg.External() {
-		rerun = " --servers " + strings.Join(cfg.Servers, ",")
-		if cfg.StoreURL != "" {
-			rerun += " --store " + cfg.StoreURL
-		}
-		if cfg.NemesisExec != "" {
-			rerun += " --nemesis-exec " + cfg.NemesisExec
-		}
+	if perr := printResults(stdout, stderr, cfg, *scen, results, *asJSON); perr != nil && err == nil {
+		err = perr
 	}
-	if cfg.Resource != verify.ResourceStore {
-		rerun += " --resource " + verify.Redact(cfg.Resource)
-	}
-	fmt.Fprintf(stdout, "\nhistories, logs and visualisations: %s\nrerun with: fencelock verify --seed %d --duration %v --scenario %s%s\n",
-		cfg.OutDir, cfg.Seed, cfg.Duration, *scen, rerun)
 	if err != nil {
 		return err
 	}
@@ -181,5 +170,42 @@ func runVerifyWorker(ctx context.Context, args []string, stdout, stderr io.Write
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
+	return err
+}
+
+// printResults prints the results (the table, or JSON lines with --json)
+// and how to find and rerun them (on stderr with --json).
+func printResults(stdout, stderr io.Writer, cfg verify.Config, scen string, results []verify.Result, asJSON bool) error {
+	notes := stdout
+	if asJSON {
+		notes = stderr
+		enc := json.NewEncoder(stdout)
+		for _, r := range results {
+			// Durations as every command prints them.
+			if err := enc.Encode(struct {
+				verify.Result
+				Duration string `json:"duration"`
+			}{r, r.Duration.String()}); err != nil {
+				return err
+			}
+		}
+	} else {
+		verify.WriteTable(stdout, results)
+	}
+	rerun := ""
+	if cfg.External() {
+		rerun = " --servers " + strings.Join(cfg.Servers, ",")
+		if cfg.StoreURL != "" {
+			rerun += " --store " + cfg.StoreURL
+		}
+		if cfg.NemesisExec != "" {
+			rerun += " --nemesis-exec " + cfg.NemesisExec
+		}
+	}
+	if cfg.Resource != verify.ResourceStore {
+		rerun += " --resource " + verify.Redact(cfg.Resource)
+	}
+	_, err := fmt.Fprintf(notes, "\nhistories, logs and visualisations: %s\nrerun with: fencelock verify --seed %d --duration %v --scenario %s%s\n",
+		cfg.OutDir, cfg.Seed, cfg.Duration, scen, rerun)
 	return err
 }
