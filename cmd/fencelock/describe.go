@@ -93,11 +93,18 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	newClient := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON, one object per line")
 	limit := fs.Int("limit", 0, "stop after this many locks (0: all)")
+	// Flags may come before or after PREFIX ("list jobs/ --json").
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 1 {
-		return usageErr("list takes at most one PREFIX, got %q", fs.Args())
+	prefix := fs.Arg(0)
+	if fs.NArg() > 0 {
+		if err := parse(fs, fs.Args()[1:]); err != nil {
+			return err
+		}
+		if fs.NArg() > 0 {
+			return usageErr("list takes at most one PREFIX, got %q and %q", prefix, fs.Args())
+		}
 	}
 	if *limit < 0 {
 		return usageErr("--limit %d: want 0 (all) or more", *limit)
@@ -110,7 +117,7 @@ func runList(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	enc := json.NewEncoder(stdout)
 	n, page := 0, ""
 	for {
-		locks, next, err := c.List(ctx, fs.Arg(0), page, 500)
+		locks, next, err := c.List(ctx, prefix, page, 500)
 		if err != nil {
 			return err
 		}

@@ -83,6 +83,9 @@ echo "token=$FENCELOCK_TOKEN lock=$FENCELOCK_LOCK"
 	if out, code := testproc.Run(ctx, t, env, "describe", "nope"); code != exitFailed || strings.Count(out, `describe "nope"`) != 1 {
 		t.Errorf("describe of a missing lock: exit %d, want %d, naming it once:\n%s", code, exitFailed, out)
 	}
+	if out, code := testproc.Run(ctx, t, env, "list", "hel", "--json"); code != 0 || !strings.HasPrefix(out, `{"name":"held",`) {
+		t.Errorf("list PREFIX --json: exit %d, want the held lock as JSON:\n%s", code, out)
+	}
 	if out, code := testproc.Run(ctx, t, env, "lock", "free", "--", "sh", "-c", "exit 7"); code != 7 {
 		t.Errorf("lock -- exit 7: exit %d, want the command's 7:\n%s", code, out)
 	}
