@@ -46,6 +46,13 @@
 // transaction writes after Check is therefore fenced, and a refused
 // transaction should roll back (Fence.Do does).
 //
+// # database/sql
+//
+// FromSQL adapts a *sql.DB, *sql.Conn or *sql.Tx (any PostgreSQL driver
+// with $1 placeholders, such as pgx's stdlib driver or lib/pq) to Querier,
+// for Update.Exec and the helpers; CheckSQL and SQLFence are Check and
+// Fence for database/sql transactions.
+//
 // # Guarantees and limits
 //
 // Tokens are stored as BIGINT: tokens above math.MaxInt64 are refused with

@@ -76,7 +76,7 @@ func Check(ctx context.Context, tx pgx.Tx, domain string, token fencelock.Token)
 	return fence.Refused("postgres", check(ctx, tx, domain, token))
 }
 
-func check(ctx context.Context, tx pgx.Tx, domain string, token fencelock.Token) error {
+func check(ctx context.Context, tx Querier, domain string, token fencelock.Token) error {
 	if err := fence.ValidateDomain(domain); err != nil {
 		return fmt.Errorf("check fence: %w", err)
 	}
