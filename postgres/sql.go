@@ -79,12 +79,11 @@ func (f *SQLFence) Do(ctx context.Context, domain string, token fencelock.Token,
 	if err != nil {
 		return fmt.Errorf("fenced transaction of %q: begin: %w", domain, err)
 	}
+	defer tx.Rollback() // after a commit, a no-op; after a panic in fn, the domain's row is unlocked
 	if err := CheckSQL(ctx, tx, domain, token); err != nil {
-		_ = tx.Rollback()
 		return err
 	}
 	if err := fn(ctx, tx); err != nil {
-		_ = tx.Rollback()
 		return err
 	}
 	if err := tx.Commit(); err != nil {

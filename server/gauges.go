@@ -57,7 +57,7 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 	gauge(g.leader, b2f(state == raft.Leader))
 	gauge(g.term, float64(s.raft.CurrentTerm()))
 	gauge(g.index, float64(s.raft.CommitIndex()), "commit")
-	gauge(g.index, float64(s.raft.AppliedIndex()), "applied")
+	gauge(g.index, float64(s.fsm.AppliedIndex()), "applied")
 	contact := 0.0
 	if state != raft.Leader {
 		if lc := s.raft.LastContact(); !lc.IsZero() {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,5 +81,39 @@ func TestMetrics_GaugesAndHistogramsFollowTheLocks(t *testing.T) {
 	}
 	if got := metric(t, srv.Addr, "fencelock_lock_hold_seconds_sum"); got < 0.1 {
 		t.Errorf("hold time sum = %v s, want at least the 0.1 s the first grant was held", got)
+	}
+}
+
+// A restart replays the log: its grants are no new events, and no new
+// samples of the hold and wait histograms.
+func TestEvents_ARestartDoesNotReplayThem(t *testing.T) {
+	srv := testproc.StartServer(t)
+	c := newClient(t, srv.Addr)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		l, err := c.Acquire(ctx, "replay/a", client.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := metric(t, srv.Addr, "fencelock_lock_wait_seconds_count"); got != 3 {
+		t.Fatalf("wait samples before the restart = %v, want 3", got)
+	}
+	srv.Kill9()
+	srv.Start()
+	if got := metric(t, srv.Addr, "fencelock_lock_wait_seconds_count"); got != 0 {
+		t.Errorf("wait samples after a restart = %v, want 0: the replayed log counted again", got)
+	}
+	resp, err := http.Get("http://" + srv.Addr + "/ui/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if s := strings.TrimSpace(string(body)); s != "[]" {
+		t.Errorf("events after a restart: %s, want none", s)
 	}
 }

@@ -71,7 +71,7 @@ func newMetrics() *metrics {
 		Name: "fencelock_lock_wait_seconds", Help: "How long each grant's request waited in the queue (0 when granted at once), as this node applied them.",
 		Buckets: append([]float64{0}, prometheus.ExponentialBuckets(0.001, 4, 10)...)})
 	m.leaderChanges = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "fencelock_leader_changes_total", Help: "Changes of Raft leader this node observed (an election won by anyone, or a leader lost)."})
+		Name: "fencelock_leader_changes_total", Help: "New Raft leaders this node observed (an election won by anyone, itself included)."})
 	// Both series exist from the start, so a scrape before any restore reads 0.
 	m.restores.WithLabelValues(restoreLocal)
 	m.restores.WithLabelValues(restoreLeader)

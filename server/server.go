@@ -46,6 +46,9 @@ type Server struct {
 	// and afterwards only when the leader installs a snapshot, so a restore
 	// before this is set is a local one and one after it an installed one.
 	raftStarted atomic.Bool
+	// replayTo is the last index of the log at start: entries up to it
+	// happened before this process and are not new events.
+	replayTo uint64
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -114,6 +117,11 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.log.Info("bootstrapped raft group", "node", cfg.NodeID, "voters", max(1, len(cfg.Bootstrap)), "dir", cfg.DataDir)
+	}
+	if s.replayTo, err = store.LastIndex(); err != nil {
+		trans.Close()
+		store.Close()
+		return nil, fmt.Errorf("read the raft log's last index: %w", err)
 	}
 	r, err := raft.NewRaft(rc, s.fsm, store, store, snaps, trans)
 	if err != nil {
@@ -195,9 +203,12 @@ func (s *Server) Ready() bool { return s.leases.isActive() }
 const readyLag = 1024
 
 // InSync reports whether this node is a follower that heard from a leader
-// within twice the election timeout and has applied what it knows to be
-// committed, within readyLag entries: it serves reads of its own state and
-// forwards callers to the leader. /readyz answers 200 on such a node.
+// within twice the election timeout and whose state machine has applied
+// what this node knows to be committed, within readyLag entries: it serves
+// reads of its own state and forwards callers to the leader. /readyz
+// answers 200 on such a node. A follower knows only the commit index of
+// the entries it has received: one still receiving a long backlog counts
+// as caught up with what it has so far.
 func (s *Server) InSync() bool {
 	if s.raft.State() != raft.Follower {
 		return false
@@ -205,7 +216,7 @@ func (s *Server) InSync() bool {
 	if addr, _ := s.raft.LeaderWithID(); addr == "" || time.Since(s.raft.LastContact()) > 2*s.cfg.ElectionTimeout {
 		return false
 	}
-	return s.raft.AppliedIndex()+readyLag >= s.raft.CommitIndex()
+	return s.fsm.AppliedIndex()+readyLag >= s.raft.CommitIndex()
 }
 
 // WaitReady blocks until the node is ready or ctx ends.
@@ -372,8 +383,10 @@ type observer Server
 func (o *observer) Granted(name fencelock.LockName, h fsm.Holder, waited time.Duration) {
 	s := (*Server)(o)
 	s.metrics.grants.Inc()
-	s.metrics.waitSeconds.Observe(waited.Seconds())
-	s.events.add(Event{Kind: "grant", Lock: string(name), Token: h.Token, Holder: h.Holder})
+	if s.fresh() {
+		s.metrics.waitSeconds.Observe(waited.Seconds())
+		s.events.add(Event{Kind: "grant", Lock: string(name), Token: h.Token, Holder: h.Holder})
+	}
 	s.leases.granted(name, h, time.Now())
 	s.claims.deliver(name, h)
 }
@@ -397,18 +410,25 @@ func (o *observer) Restored() {
 
 func (o *observer) Ended(name fencelock.LockName, token fencelock.Token, held time.Duration) {
 	s := (*Server)(o)
-	s.metrics.holdSeconds.Observe(held.Seconds())
+	if s.fresh() {
+		s.metrics.holdSeconds.Observe(held.Seconds())
+	}
 	s.leases.ended(name, token)
 }
 
-// countLeaderChanges counts every change of leader this node observes
-// (fencelock_leader_changes_total), itself included.
+// fresh reports whether the entry being applied is new, not one of the log
+// replayed at start: only new ones are events and histogram samples.
+func (s *Server) fresh() bool { return s.fsm.AppliedIndex() > s.replayTo }
+
+// countLeaderChanges counts every new leader this node observes
+// (fencelock_leader_changes_total), itself included; losing a leader
+// without knowing the next is not counted.
 func (s *Server) countLeaderChanges() {
 	defer s.wg.Done()
 	ch := make(chan raft.Observation, 16)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
+		lo, ok := o.Data.(raft.LeaderObservation)
+		return ok && lo.LeaderID != ""
 	})
 	s.raft.RegisterObserver(obs)
 	defer s.raft.DeregisterObserver(obs)

@@ -70,7 +70,7 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return json.NewEncoder(stdout).Encode(g)
 	case *asEnv:
 		_, err := fmt.Fprintf(stdout, "export FENCELOCK_LOCK=%s FENCELOCK_TOKEN=%d FENCELOCK_LEASE_ID=%s\n",
-			shellQuote(name), g.Token, g.LeaseID)
+			shellQuote(name), g.Token, shellQuote(string(g.LeaseID)))
 		return err
 	}
 	fmt.Fprintf(stdout, "lock=%s token=%d lease_id=%s ttl=%s\n", g.Name, g.Token, g.LeaseID, g.TTL)

@@ -32,7 +32,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"state, commit and applied index, version, and whether it answers.\n\n"+
 		"Exit status: 0 when every member answers and there is a ready leader;\n"+
 		"1 when a member does not answer or there is no ready leader (the table is\n"+
-		"printed all the same); 1 also when no node answers at all.", stderr)
+		"printed all the same); 4 when no node answers at all.", stderr)
 	newClient := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parse(fs, args); err != nil {
