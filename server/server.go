@@ -87,47 +87,35 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+	trans, err := openTransport(cfg, raftLog)
 	if err != nil {
 		store.Close()
-		return nil, fmt.Errorf("resolve raft address %q: %w", cfg.RaftAddr, err)
-	}
-	tc := &raft.NetworkTransportConfig{Logger: raftLog, MaxPool: 3, Timeout: max(2*time.Second, 4*cfg.HeartbeatTimeout)}
-	if len(cfg.PeerAddrs) > 0 {
-		tc.ServerAddressProvider = peerAddrs(cfg.PeerAddrs)
-	}
-	trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, addr, tc)
-	if err != nil {
-		store.Close()
-		return nil, fmt.Errorf("listen on raft address %q: %w", cfg.RaftAddr, err)
+		return nil, err
 	}
 	s.trans = trans
+	fail := func(err error) (*Server, error) {
+		trans.Close()
+		store.Close()
+		return nil, err
+	}
 
 	rc, notify := raftConfig(cfg, raftLog)
 	existing, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
-		trans.Close()
-		store.Close()
-		return nil, fmt.Errorf("inspect raft state: %w", err)
+		return fail(fmt.Errorf("inspect raft state: %w", err))
 	}
 	if !existing && !cfg.Join {
 		if err := bootstrap(rc, cfg, store, snaps, trans); err != nil {
-			trans.Close()
-			store.Close()
-			return nil, err
+			return fail(err)
 		}
 		s.log.Info("bootstrapped raft group", "node", cfg.NodeID, "voters", max(1, len(cfg.Bootstrap)), "dir", cfg.DataDir)
 	}
 	if s.replayTo, err = store.LastIndex(); err != nil {
-		trans.Close()
-		store.Close()
-		return nil, fmt.Errorf("read the raft log's last index: %w", err)
+		return fail(fmt.Errorf("read the raft log's last index: %w", err))
 	}
 	r, err := raft.NewRaft(rc, s.fsm, store, store, snaps, trans)
 	if err != nil {
-		trans.Close()
-		store.Close()
-		return nil, fmt.Errorf("start raft: %w", err)
+		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	s.raft = r
 	s.leaderCheck = &leaderCheck{verify: func() error { return r.VerifyLeader().Error() }}
@@ -141,6 +129,23 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		go s.registerLoop()
 	}
 	return s, nil
+}
+
+// openTransport listens on the node's Raft address.
+func openTransport(cfg Config, raftLog hclog.Logger) (*raft.NetworkTransport, error) {
+	addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+	if err != nil {
+		return nil, fmt.Errorf("resolve raft address %q: %w", cfg.RaftAddr, err)
+	}
+	tc := &raft.NetworkTransportConfig{Logger: raftLog, MaxPool: 3, Timeout: max(2*time.Second, 4*cfg.HeartbeatTimeout)}
+	if len(cfg.PeerAddrs) > 0 {
+		tc.ServerAddressProvider = peerAddrs(cfg.PeerAddrs)
+	}
+	trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, addr, tc)
+	if err != nil {
+		return nil, fmt.Errorf("listen on raft address %q: %w", cfg.RaftAddr, err)
+	}
+	return trans, nil
 }
 
 // raftConfig is the Raft configuration of a node, and the channel that
