@@ -5,6 +5,7 @@ package buildinfo
 import (
 	"runtime"
 	"runtime/debug"
+	"sync"
 )
 
 // Info describes the running binary.
@@ -16,8 +17,10 @@ type Info struct {
 	Platform  string `json:"platform"` // GOOS/GOARCH
 }
 
-// Read returns the running binary's build information.
-func Read() Info {
+// Read returns the running binary's build information, read once.
+var Read = sync.OnceValue(read)
+
+func read() Info {
 	in := Info{Version: "(unknown)", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
