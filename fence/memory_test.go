@@ -3,7 +3,6 @@ package fence_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/fencelock/fencelock"
@@ -11,29 +10,9 @@ import (
 	"github.com/fencelock/fencelock/fencelocktest"
 )
 
-// memoryTarget fences a map of values with a Memory fence.
+// memoryTarget is a MemoryResource.
 func memoryTarget(tb testing.TB) fencelocktest.Target {
-	tb.Helper()
-	m := fence.NewMemory()
-	var mu sync.Mutex
-	values := map[string][]byte{}
-	return fencelocktest.Target{
-		Fence: m,
-		Put: func(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) error {
-			return m.Do(ctx, domain, token, func(context.Context) error {
-				mu.Lock()
-				defer mu.Unlock()
-				values[key] = value
-				return nil
-			})
-		},
-		Get: func(_ context.Context, key string) ([]byte, bool, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			v, ok := values[key]
-			return v, ok, nil
-		},
-	}
+	return fencelocktest.Target{Resource: &fence.MemoryResource{}}
 }
 
 func TestMemory_Suite(t *testing.T) {

@@ -1,7 +1,6 @@
 package fencelocktest
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -9,20 +8,13 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
 )
 
 // Target is one fenced resource under test, as RunFenceSuite sees it.
 type Target struct {
-	// Fence is the resource's fence.
-	Fence fencelock.Fence
-
-	// Put stores value under key, fenced by (domain, token): the token check
-	// and the write must happen in one atomic step, and a refused write must
-	// store nothing. It returns the errors fencelock.Fence.Check documents.
-	Put func(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) error
-
-	// Get returns the value stored under key; ok is false if there is none.
-	Get func(ctx context.Context, key string) (value []byte, ok bool, err error)
+	// Resource is the resource: its fence, fenced writes and reads.
+	Resource fence.Resource
 
 	// Restart stops the resource and starts it again on the same durable
 	// state, returning the Target to use from then on. Nil means the
@@ -138,9 +130,15 @@ func runSequence(t *testing.T, target Target, tc sequenceCase) {
 	ctx := t.Context()
 	domains := names(t, "domain", len(tc.wantHighest))
 	keys := names(t, "key", len(tc.wantValue))
+	versions := make([]int64, len(keys)) // per key: the version of its last accepted write
 	for i, w := range tc.writes {
-		err := target.Put(ctx, domains[w.domain], w.token, keys[w.key], valueOf(i, w.token))
-		checkWriteErr(t, fmt.Sprintf("write %d (token %d)", i, w.token), err, w.wantErr, domains[w.domain], w.token)
+		what := fmt.Sprintf("write %d (token %d)", i, w.token)
+		v, err := target.Resource.Put(ctx, domains[w.domain], w.token, keys[w.key], valueOf(i, w.token))
+		checkWriteErr(t, what, err, w.wantErr, domains[w.domain], w.token)
+		if err == nil {
+			checkVersion(t, what, versions[w.key], v)
+			versions[w.key] = v
+		}
 	}
 	for i, d := range domains {
 		checkHighest(t, target, d, tc.wantHighest[i])
@@ -150,7 +148,18 @@ func runSequence(t *testing.T, target Target, tc sequenceCase) {
 		if j := tc.wantValue[i]; j >= 0 {
 			want = valueOf(j, tc.writes[j].token)
 		}
-		checkValue(t, target, k, want)
+		if got := checkValue(t, target, k, want); got != versions[i] {
+			t.Fatalf("Get(%q) returned version %d, want %d, the version of its last accepted write", k, got, versions[i])
+		}
+	}
+}
+
+// checkVersion checks that an accepted write of a key created a version
+// above the key's previous one, or that the resource numbers no versions.
+func checkVersion(tb testing.TB, what string, prev, got int64) {
+	tb.Helper()
+	if got != 0 && got <= prev || got == 0 && prev != 0 {
+		tb.Fatalf("%s created version %d after version %d; want a higher version, or 0 for every write", what, got, prev)
 	}
 }
 
@@ -175,7 +184,7 @@ func checkWriteErr(tb testing.TB, what string, err, wantErr error, domain string
 
 func checkHighest(tb testing.TB, target Target, domain string, want fencelock.Token) {
 	tb.Helper()
-	got, err := target.Fence.Highest(tb.Context(), domain)
+	got, err := target.Resource.Highest(tb.Context(), domain)
 	if err != nil {
 		tb.Fatalf("Highest(%q) returned error %v", domain, err)
 	}
@@ -184,11 +193,13 @@ func checkHighest(tb testing.TB, target Target, domain string, want fencelock.To
 	}
 }
 
-func checkValue(tb testing.TB, target Target, key string, want []byte) {
+// checkValue checks key's value (want nil: none) and returns its version.
+func checkValue(tb testing.TB, target Target, key string, want []byte) int64 {
 	tb.Helper()
-	got, ok, err := target.Get(tb.Context(), key)
+	got, version, err := target.Resource.Get(tb.Context(), key)
+	ok := err == nil
 	switch {
-	case err != nil:
+	case err != nil && !errors.Is(err, fencelock.ErrNotFound):
 		tb.Fatalf("Get(%q) returned error %v", key, err)
 	case want == nil && ok:
 		tb.Fatalf("Get(%q) = %q, want no value: a refused write must store nothing", key, got)
@@ -197,21 +208,22 @@ func checkValue(tb testing.TB, target Target, key string, want []byte) {
 	case want != nil && string(got) != string(want):
 		tb.Fatalf("Get(%q) = %q, want %q", key, got, want)
 	}
+	return version
 }
 
 func testCheck(t *testing.T, target Target) {
 	ctx := t.Context()
 	d, k := names(t, "domain", 1)[0], names(t, "key", 1)[0]
-	if err := target.Fence.Check(ctx, d, 40); err != nil {
+	if err := target.Resource.Check(ctx, d, 40); err != nil {
 		t.Fatalf("Check(%q, 40) returned %v, want it accepted", d, err)
 	}
 	checkHighest(t, target, d, 40)
 	checkValue(t, target, k, nil)
-	err := target.Put(ctx, d, 39, k, valueOf(0, 39))
+	_, err := target.Resource.Put(ctx, d, 39, k, valueOf(0, 39))
 	checkWriteErr(t, "write with token 39 after Check(40)", err, fencelock.ErrStaleToken, d, 39)
-	checkWriteErr(t, "Check(0)", target.Fence.Check(ctx, d, 0), fencelock.ErrMissingToken, d, 0)
-	checkWriteErr(t, "Check(39)", target.Fence.Check(ctx, d, 39), fencelock.ErrStaleToken, d, 39)
-	if err := target.Put(ctx, d, 40, k, valueOf(1, 40)); err != nil {
+	checkWriteErr(t, "Check(0)", target.Resource.Check(ctx, d, 0), fencelock.ErrMissingToken, d, 0)
+	checkWriteErr(t, "Check(39)", target.Resource.Check(ctx, d, 39), fencelock.ErrStaleToken, d, 39)
+	if _, err := target.Resource.Put(ctx, d, 40, k, valueOf(1, 40)); err != nil {
 		t.Fatalf("write with token 40 after Check(40) returned %v, want it accepted", err)
 	}
 	checkValue(t, target, k, valueOf(1, 40))
@@ -227,12 +239,12 @@ func testRestart(t *testing.T, target Target) {
 	}
 	ctx := t.Context()
 	d, k := names(t, "domain", 1)[0], names(t, "key", 1)[0]
-	if err := target.Put(ctx, d, 34, k, valueOf(0, 34)); err != nil {
+	if _, err := target.Resource.Put(ctx, d, 34, k, valueOf(0, 34)); err != nil {
 		t.Fatalf("write with token 34 returned %v, want it accepted", err)
 	}
 	target = target.Restart(t)
 	checkHighest(t, target, d, 34)
-	err := target.Put(ctx, d, 33, k, valueOf(1, 33))
+	_, err := target.Resource.Put(ctx, d, 33, k, valueOf(1, 33))
 	checkWriteErr(t, "write with token 33 after the restart", err, fencelock.ErrStaleToken, d, 33)
 	checkValue(t, target, k, valueOf(0, 34))
 }

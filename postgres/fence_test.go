@@ -14,28 +14,19 @@ import (
 	"github.com/fencelock/fencelock/postgres"
 )
 
-// kvTarget fences a key-value table with the domain fence.
+// kvTarget is a Table.
 func kvTarget(tb testing.TB, db *testDB) fencelocktest.Target {
 	tb.Helper()
 	pool := db.pool(tb)
-	f := postgres.New(pool)
+	table, err := postgres.NewTable(pool, "kv")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := table.Create(tb.Context()); err != nil {
+		tb.Fatal(err)
+	}
 	return fencelocktest.Target{
-		Fence: f,
-		Put: func(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) error {
-			return f.Do(ctx, domain, token, func(ctx context.Context, tx pgx.Tx) error {
-				_, err := tx.Exec(ctx, `INSERT INTO kv (key, value) VALUES ($1, $2)
-					ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`, key, value)
-				return err
-			})
-		},
-		Get: func(ctx context.Context, key string) ([]byte, bool, error) {
-			var v []byte
-			err := pool.QueryRow(ctx, `SELECT value FROM kv WHERE key = $1`, key).Scan(&v)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil, false, nil
-			}
-			return v, err == nil, err
-		},
+		Resource: table,
 		Restart: func(tb testing.TB) fencelocktest.Target {
 			pool.Close() // new connections, same database
 			return kvTarget(tb, db)
@@ -43,9 +34,8 @@ func kvTarget(tb testing.TB, db *testDB) fencelocktest.Target {
 	}
 }
 
-func TestFence_Suite(t *testing.T) {
+func TestTable_Suite(t *testing.T) {
 	db := newTestDB(t)
-	db.exec(t, db.pool(t), `CREATE TABLE kv (key TEXT PRIMARY KEY, value BYTEA NOT NULL)`)
 	fencelocktest.RunFenceSuite(t, func(tb testing.TB) fencelocktest.Target { return kvTarget(tb, db) })
 }
 

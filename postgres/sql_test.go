@@ -29,28 +29,38 @@ func (db *testDB) sqlDB(tb testing.TB) *sql.DB {
 	return sdb
 }
 
-// sqlTarget is kvTarget through database/sql.
+// sqlKV is a key-value table fenced with SQLFence: Table through
+// database/sql.
+type sqlKV struct {
+	*postgres.SQLFence
+	db *sql.DB
+}
+
+func (kv sqlKV) Put(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) (int64, error) {
+	var version int64
+	err := kv.Do(ctx, domain, token, func(ctx context.Context, tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `INSERT INTO kv AS t (key, value, version) VALUES ($1, $2, 1)
+			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, version = t.version + 1
+			RETURNING version`, key, value).Scan(&version)
+	})
+	return version, err
+}
+
+func (kv sqlKV) Get(ctx context.Context, key string) ([]byte, int64, error) {
+	var v []byte
+	var version int64
+	err := kv.db.QueryRowContext(ctx, `SELECT value, version FROM kv WHERE key = $1`, key).Scan(&v, &version)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, fencelock.ErrNotFound
+	}
+	return v, version, err
+}
+
 func sqlTarget(tb testing.TB, db *testDB) fencelocktest.Target {
 	tb.Helper()
 	sdb := db.sqlDB(tb)
-	f := postgres.NewSQL(sdb)
 	return fencelocktest.Target{
-		Fence: f,
-		Put: func(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) error {
-			return f.Do(ctx, domain, token, func(ctx context.Context, tx *sql.Tx) error {
-				_, err := tx.ExecContext(ctx, `INSERT INTO kv (key, value) VALUES ($1, $2)
-					ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`, key, value)
-				return err
-			})
-		},
-		Get: func(ctx context.Context, key string) ([]byte, bool, error) {
-			var v []byte
-			err := sdb.QueryRowContext(ctx, `SELECT value FROM kv WHERE key = $1`, key).Scan(&v)
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil, false, nil
-			}
-			return v, err == nil, err
-		},
+		Resource: sqlKV{postgres.NewSQL(sdb), sdb},
 		Restart: func(tb testing.TB) fencelocktest.Target {
 			sdb.Close()
 			return sqlTarget(tb, db)
@@ -60,7 +70,7 @@ func sqlTarget(tb testing.TB, db *testDB) fencelocktest.Target {
 
 func TestSQLFence_Suite(t *testing.T) {
 	db := newTestDB(t)
-	db.exec(t, db.pool(t), `CREATE TABLE kv (key TEXT PRIMARY KEY, value BYTEA NOT NULL)`)
+	db.exec(t, db.pool(t), `CREATE TABLE kv (key TEXT PRIMARY KEY, value BYTEA NOT NULL, version BIGINT NOT NULL)`)
 	fencelocktest.RunFenceSuite(t, func(tb testing.TB) fencelocktest.Target { return sqlTarget(tb, db) })
 }
 

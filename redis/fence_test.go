@@ -58,19 +58,8 @@ func (tr *testRedis) fence() *redis.Fence {
 
 func (tr *testRedis) target(tb testing.TB) fencelocktest.Target {
 	tb.Helper()
-	f := tr.fence()
 	return fencelocktest.Target{
-		Fence: f,
-		Put: func(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) error {
-			return f.Set(ctx, domain, token, tr.prefix+key, value, 0)
-		},
-		Get: func(ctx context.Context, key string) ([]byte, bool, error) {
-			v, err := tr.rdb.Get(ctx, tr.prefix+key).Bytes()
-			if errors.Is(err, goredis.Nil) {
-				return nil, false, nil
-			}
-			return v, err == nil, err
-		},
+		Resource: redis.NewStrings(tr.rdb, tr.prefix, redis.WithKeyPrefix(tr.prefix+"fence:")),
 		Restart: func(tb testing.TB) fencelocktest.Target {
 			// A new connection to the same server; the server itself keeps
 			// running (its durability is its configuration's, see doc.go).

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
 )
 
 var _ fencelock.Fence = (*Client)(nil)
@@ -273,4 +274,45 @@ func (c *Client) Highest(ctx context.Context, domain string) (fencelock.Token, e
 		return 0, fmt.Errorf("read highest token of %q: decode answer: %w: %w", domain, fencelock.ErrUnavailable, err)
 	}
 	return info.Highest, nil
+}
+
+// Resource returns c as a fence.Resource: Put writes value to key in domain
+// (WithDomain), and versions are the store's commit sequence numbers, the
+// numbers in its ETags.
+func (c *Client) Resource() fence.Resource { return objects{c} }
+
+type objects struct{ c *Client }
+
+func (o objects) Check(ctx context.Context, domain string, token fencelock.Token) error {
+	return o.c.Check(ctx, domain, token)
+}
+
+func (o objects) Highest(ctx context.Context, domain string) (fencelock.Token, error) {
+	return o.c.Highest(ctx, domain)
+}
+
+func (o objects) Put(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) (int64, error) {
+	info, err := o.c.Put(ctx, key, token, bytes.NewReader(value), WithDomain(domain))
+	if err != nil {
+		return 0, err
+	}
+	return etagVersion(info.ETag), nil
+}
+
+func (o objects) Get(ctx context.Context, key string) ([]byte, int64, error) {
+	body, info, err := o.c.Get(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	return body, etagVersion(info.ETag), nil
+}
+
+// etagVersion returns the commit sequence number in one of the store's
+// ETags, or 0 for an ETag that holds none.
+func etagVersion(etag string) int64 {
+	n, err := strconv.ParseInt(strings.Trim(etag, `"`), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }

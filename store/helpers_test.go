@@ -3,12 +3,12 @@ package store_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/store"
 )
@@ -83,20 +83,8 @@ func (ts *testStore) do(tb testing.TB, method, path string, header http.Header, 
 
 func (ts *testStore) target(tb testing.TB) fencelocktest.Target {
 	tb.Helper()
-	c := ts.client
 	return fencelocktest.Target{
-		Fence: c,
-		Put: func(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) error {
-			_, err := c.Put(ctx, key, token, bytes.NewReader(value), store.WithDomain(domain))
-			return err
-		},
-		Get: func(ctx context.Context, key string) ([]byte, bool, error) {
-			v, _, err := c.Get(ctx, key)
-			if errors.Is(err, fencelock.ErrNotFound) {
-				return nil, false, nil
-			}
-			return v, err == nil, err
-		},
+		Resource: ts.client.Resource(),
 		Restart: func(tb testing.TB) fencelocktest.Target {
 			return ts.restart(tb).target(tb)
 		},
@@ -114,9 +102,20 @@ func TestServer_Suite(t *testing.T) {
 func TestServer_SuiteInProcess(t *testing.T) {
 	fencelocktest.RunFenceSuite(t, func(tb testing.TB) fencelocktest.Target {
 		ts := startStore(tb, store.DefaultConfig())
-		target := ts.target(tb)
-		target.Fence = ts.srv
-		target.Restart = nil
-		return target
+		return fencelocktest.Target{Resource: inProcess{ts.client.Resource(), ts.srv}}
 	})
+}
+
+// inProcess checks and reads tokens with the Server's own methods.
+type inProcess struct {
+	fence.Resource
+	srv *store.Server
+}
+
+func (p inProcess) Check(ctx context.Context, domain string, token fencelock.Token) error {
+	return p.srv.Check(ctx, domain, token)
+}
+
+func (p inProcess) Highest(ctx context.Context, domain string) (fencelock.Token, error) {
+	return p.srv.Highest(ctx, domain)
 }

@@ -17,13 +17,13 @@
 //   - the faults really bit (CheckFaults): a run in which nothing happened
 //     proves nothing and fails.
 //
-// A negative control runs the client-pause scenario with fencing off (a
-// store started with --no-fencing, or PostgreSQL and Redis workers that
-// skip the token check); its checkers must report a violation, which shows
-// that they can fail. "fencelock verify" and the package's tests run the same
+// A negative control runs the client-pause scenario with fencing off (every
+// worker writes with one constant token, so any resource accepts every
+// write); its checkers must report a violation, which shows that they can
+// fail. "fencelock verify" and the package's tests run the same
 // scenarios (see docs/VERIFICATION.md).
 //
-// The fenced resource is pluggable (Resource): the object store by default,
+// The fenced resource is pluggable (a fence.Resource): the object store by default,
 // PostgreSQL or Redis through OpenResource (Config.Resource), or an adapter
 // of your own, opened in worker processes of your own program (Config.Worker,
 // RunWorker with WorkerConfig.Open).

@@ -6,55 +6,47 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/redis"
 	"github.com/fencelock/fencelock/verify"
 )
 
-// hashLists is a resource adapter of your own: each list is a field of a
-// Redis hash, written with the fenced HSET of package redis.
-type hashLists struct {
-	rdb   *goredis.Client
-	fence *redis.Fence
+// hashValues is a resource adapter of your own, a fence.Resource: each
+// value is a field of a Redis hash, written with the fenced HSET of package
+// redis.
+type hashValues struct {
+	*redis.Fence
+	rdb *goredis.Client
 }
 
-func key(domain string) string { return "orders:{" + domain + "}" }
+func key(k string) string { return "orders:{" + k + "}" }
 
-func (h hashLists) Fence(ctx context.Context, domain string, token fencelock.Token) error {
-	return h.fence.Check(ctx, domain, token)
+func (h hashValues) Put(ctx context.Context, domain string, token fencelock.Token, k string, value []byte) (int64, error) {
+	return 0, h.HSet(ctx, domain, token, key(k), map[string]any{"value": value}) // 0: no version number
 }
 
-func (h hashLists) Read(ctx context.Context, domain string) ([]string, int64, error) {
-	s, err := h.rdb.HGet(ctx, key(domain), "list").Result()
+func (h hashValues) Get(ctx context.Context, k string) ([]byte, int64, error) {
+	v, err := h.rdb.HGet(ctx, key(k), "value").Bytes()
 	if errors.Is(err, goredis.Nil) {
-		return nil, 0, nil
+		return nil, 0, fencelock.ErrNotFound
 	}
-	return strings.Fields(s), 0, err // 0: no version number
+	return v, 0, err
 }
 
-func (h hashLists) Write(ctx context.Context, domain string, token fencelock.Token, list []string) (int64, error) {
-	return 0, h.fence.HSet(ctx, domain, token, key(domain), map[string]any{"list": strings.Join(list, " ")})
-}
+func (h hashValues) Close() error { return h.rdb.Close() }
 
-func (h hashLists) Close() error { return h.rdb.Close() }
-
-// openHashLists is the OpenFunc of the workers: spec is Config.Resource.
-// The negative control (fencing false) needs a mode that skips the token
-// check; this adapter has none, so it runs only the other scenarios.
-func openHashLists(ctx context.Context, spec string, fencing bool) (verify.Resource, error) {
-	if !fencing {
-		return nil, errors.New("hashLists always fences")
-	}
+// openHashValues is the OpenFunc of the workers: spec is Config.Resource.
+func openHashValues(ctx context.Context, spec string) (fence.Resource, error) {
 	opts, err := goredis.ParseURL(spec)
 	if err != nil {
 		return nil, err
 	}
 	rdb := goredis.NewClient(opts)
-	return hashLists{rdb: rdb, fence: redis.New(rdb)}, nil
+	return hashValues{Fence: redis.New(rdb), rdb: rdb}, nil
 }
 
 // Verify your own resource adapter: one program is both the harness and,
@@ -65,7 +57,7 @@ func openHashLists(ctx context.Context, spec string, fencing bool) (verify.Resou
 func Example_ownResource() {
 	ctx := context.Background()
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
-		err := verify.RunWorker(ctx, verify.WorkerConfig{Open: openHashLists}, os.Stdin, os.Stdout)
+		err := verify.RunWorker(ctx, verify.WorkerConfig{Open: openHashValues}, os.Stdin, os.Stdout)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -80,7 +72,7 @@ func Example_ownResource() {
 	cfg.OutDir = "verify-out"
 	cfg.Worker = []string{self, "worker"}
 	cfg.Resource = "redis://127.0.0.1:6379/0"
-	results, err := verify.Run(ctx, cfg, "zombie-client", "kill", "pause-leader")
+	results, err := verify.Run(ctx, cfg, "zombie-client", "kill", "pause-leader", "neg")
 	if err != nil {
 		log.Fatal(err)
 	}

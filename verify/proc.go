@@ -385,15 +385,12 @@ type storeProc struct {
 	log *os.File
 }
 
-func startStore(ctx context.Context, bin, dir string, noFencing bool) (*storeProc, error) {
+func startStore(ctx context.Context, bin, dir string) (*storeProc, error) {
 	f, err := os.Create(filepath.Join(dir, "store.log"))
 	if err != nil {
 		return nil, fmt.Errorf("start store: %w", err)
 	}
 	args := []string{"store", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "store")}
-	if noFencing {
-		args = append(args, "--no-fencing")
-	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = f
 	out, err := cmd.StdoutPipe()

@@ -6,78 +6,122 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/postgres"
+	"github.com/fencelock/fencelock/redis"
+	"github.com/fencelock/fencelock/store"
 )
 
-// Resource is the fenced resource the workload protects: it keeps one list
-// of strings per fence domain (the workload uses the lock's name as domain
-// and object key) and enforces fencing tokens on it. The harness's object
-// store is one implementation, PostgreSQL and Redis are two more
-// (OpenResource); a custom adapter implements Resource and runs the
-// workers itself (WorkerConfig.Open, Config.Worker).
+// The workload keeps one list of strings per lock in a fence.Resource: the
+// lock's name is both the fence domain and the key, and the value is the
+// list, one element per line. The harness's object store is one resource,
+// PostgreSQL and Redis are two more (OpenResource); a custom adapter
+// implements fence.Resource and runs the workers itself (WorkerConfig.Open,
+// Config.Worker).
 //
-// A worker process opens one Resource and calls it from one goroutine at a
-// time. Every call gets a context that ends at the worker's operation
-// timeout. The harness records an error that wraps fencelock.ErrStaleToken
-// as a refusal (the call certainly changed nothing); any other error as an
-// unknown outcome (it may or may not have taken effect).
-type Resource interface {
-	// Fence raises domain's highest token to token without writing the
-	// list (fencelock.Fence.Check): from then on, writes with lower tokens
-	// are refused. It returns an error wrapping fencelock.ErrStaleToken if
-	// the domain has accepted a higher token.
-	Fence(ctx context.Context, domain string, token fencelock.Token) error
+// A worker process opens one resource and calls it from one goroutine at a
+// time; it closes the resource at the end if it is an io.Closer. Every call
+// gets a context that ends at the worker's operation timeout. The harness
+// records an error that wraps fencelock.ErrStaleToken as a refusal (the
+// call certainly changed nothing); any other error as an unknown outcome
+// (it may or may not have taken effect). Versions, where the resource
+// numbers them, let the store checker test the order of accepted writes.
+//
+// In the negative control the workers send every write and fence raise
+// with one constant token, unfencedToken, whatever their grant's token:
+// every resource then accepts every write, as if it did not fence at all.
 
-	// Read returns domain's list (nil if it was never written) and its
-	// version: the resource's commit sequence number of the list, higher
-	// for every accepted write, or 0 if the resource has none. The harness
-	// also uses Read for the final read it checks, after every fault has
-	// been healed.
-	Read(ctx context.Context, domain string) (list []string, version int64, err error)
+// unfencedToken is the token of every write in the negative control: far
+// above any token a test cluster issues, and exact in every adapter.
+const unfencedToken fencelock.Token = 1 << 50
 
-	// Write replaces domain's list with list, fenced by token in domain:
-	// the token check and the write are one atomic step, and a refused
-	// write (an error wrapping fencelock.ErrStaleToken) changes nothing.
-	// It returns the new version (0 if the resource has none).
-	Write(ctx context.Context, domain string, token fencelock.Token, list []string) (version int64, err error)
-
-	// Close releases the resource's connections.
-	Close() error
-}
-
-// OpenFunc opens the Resource a worker process writes to. spec is
+// OpenFunc opens the resource a worker process writes to. spec is
 // Config.Resource as given to the harness (for the object store, the
-// store's URL). fencing is false only in the negative control: the
-// resource must then accept every write whatever its token (or, like the
-// object store, ignore the flag when the harness switches fencing off on
-// the resource's side).
-type OpenFunc func(ctx context.Context, spec string, fencing bool) (Resource, error)
+// store's URL).
+type OpenFunc func(ctx context.Context, spec string) (fence.Resource, error)
 
 // OpenResource opens the built-in resources by the scheme of spec:
 //
 //   - http:// or https://: the fenced object store at that URL ("fencelock
-//     store"); fencing is switched off at the store (--no-fencing), not
-//     here;
+//     store");
 //   - postgres:// or postgresql://: a PostgreSQL database (a pgx DSN); the
-//     lists live in the table fencelock_verify_lists, fenced by the domain
-//     fence of package postgres (table fencelock_fences); both tables are
-//     created if missing;
+//     lists live in the postgres.Table fencelock_verify_lists, fenced by
+//     the domain fence (table fencelock_fences); both tables are created if
+//     missing;
 //   - redis:// or rediss://: a Redis server (go-redis URL); the lists are
-//     strings at fencelock:verify:{DOMAIN}, fenced by package redis.
-//
-// Without fencing, the PostgreSQL and Redis resources skip the token check
-// (Fence does nothing, Write writes unconditionally).
-func OpenResource(ctx context.Context, spec string, fencing bool) (Resource, error) {
+//     redis.Strings at fencelock:verify:DOMAIN.
+func OpenResource(ctx context.Context, spec string) (fence.Resource, error) {
 	scheme, _, _ := strings.Cut(spec, "://")
 	switch strings.ToLower(scheme) {
 	case "http", "https":
-		return openStoreResource(spec)
+		c, err := store.NewClient(spec)
+		if err != nil {
+			return nil, err
+		}
+		return c.Resource(), nil
 	case "postgres", "postgresql":
-		return openPostgresResource(ctx, spec, fencing)
+		return openPostgres(ctx, spec)
 	case "redis", "rediss":
-		return openRedisResource(ctx, spec, fencing)
+		return openRedis(ctx, spec)
 	}
 	return nil, fmt.Errorf("open resource %q: want an http://, postgres:// or redis:// URL: %w", Redact(spec), fencelock.ErrInvalidArgument)
+}
+
+// pgTable is a postgres.Table that closes its pool.
+type pgTable struct {
+	*postgres.Table
+	pool *pgxpool.Pool
+}
+
+func (t pgTable) Close() error {
+	t.pool.Close()
+	return nil
+}
+
+func openPostgres(ctx context.Context, dsn string) (fence.Resource, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres resource: %w: %w", fencelock.ErrInvalidArgument, err)
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres resource: %w", err)
+	}
+	table, err := postgres.NewTable(pool, "fencelock_verify_lists")
+	if err == nil {
+		err = table.Create(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres resource: %w", err)
+	}
+	return pgTable{table, pool}, nil
+}
+
+// redisStrings is a redis.Strings that closes its client.
+type redisStrings struct {
+	*redis.Strings
+	rdb *goredis.Client
+}
+
+func (r redisStrings) Close() error { return r.rdb.Close() }
+
+func openRedis(ctx context.Context, url string) (fence.Resource, error) {
+	opts, err := goredis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("open redis resource: %w: %w", fencelock.ErrInvalidArgument, err)
+	}
+	rdb := goredis.NewClient(opts)
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("open redis resource: %w", err)
+	}
+	return redisStrings{redis.NewStrings(rdb, "fencelock:verify:"), rdb}, nil
 }
 
 // Redact returns spec with the password of a URL replaced by "xxxxx", for
@@ -105,4 +149,21 @@ func builtinResource(spec string) bool {
 		return true
 	}
 	return false
+}
+
+func splitList(b []byte) []string {
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func joinList(l []string) []byte {
+	if len(l) == 0 {
+		return nil
+	}
+	return []byte(strings.Join(l, "\n") + "\n")
 }

@@ -61,7 +61,7 @@ func redisResource(t *testing.T, seed uint64) string {
 		rdb := goredis.NewClient(&goredis.Options{Addr: addr})
 		defer rdb.Close()
 		ctx := context.Background()
-		for _, pattern := range []string{fmt.Sprintf("fencelock:*{verify-%d-*", seed), fmt.Sprintf("fencelock:*{verify-%d-*", seed+1)} {
+		for _, pattern := range []string{fmt.Sprintf("fencelock:*verify-%d-*", seed), fmt.Sprintf("fencelock:*verify-%d-*", seed+1)} {
 			iter := rdb.Scan(ctx, 0, pattern, 100).Iterator()
 			for iter.Next(ctx) {
 				rdb.Del(ctx, iter.Val())
@@ -74,7 +74,8 @@ func redisResource(t *testing.T, seed uint64) string {
 // TestResources runs the zombie client (scenario 4) and the negative
 // control against PostgreSQL and Redis instead of the object store: the
 // zombie's stale writes must be refused by the postgres and redis fences,
-// and with fencing off the checker must find the lost updates.
+// and with fencing off (one token for every write) the checker must find
+// the lost updates.
 func TestResources(t *testing.T) {
 	bin := testproc.Binary(t)
 	seed := uint64(time.Now().UnixNano() % 1e9)

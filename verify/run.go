@@ -44,8 +44,7 @@ type Config struct {
 	// NemesisExec ACTION NODE-INDEX API-ADDR). Without it they are skipped.
 	NemesisExec string
 	// StoreURL, when set, is an existing fenced store to use instead of
-	// starting one (the negative control, which needs a store with fencing
-	// off, is then skipped too).
+	// starting one.
 	StoreURL string
 	// Resource is the fenced resource the workload writes: "" or
 	// ResourceStore for the fenced object store (StoreURL, or one the
@@ -241,9 +240,6 @@ func Run(ctx context.Context, cfg Config, names ...string) ([]Result, error) {
 
 // skipReason says why sc cannot run with cfg ("" if it can).
 func skipReason(cfg Config, sc Scenario) string {
-	if sc.NoFencing && cfg.storeResource() && cfg.StoreURL != "" {
-		return "the negative control needs the harness's own store with fencing off (run without --store)"
-	}
 	if !cfg.External() || sc.nemesis == nil {
 		return ""
 	}
@@ -338,7 +334,7 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 	e.cl = cl
 	st := &storeProc{url: cfg.StoreURL}
 	if cfg.storeResource() && cfg.StoreURL == "" {
-		if st, err = startStore(ctx, cfg.Binary, dir, sc.NoFencing); err != nil {
+		if st, err = startStore(ctx, cfg.Binary, dir); err != nil {
 			return Result{}, err
 		}
 	}

@@ -18,8 +18,9 @@ type Scenario struct {
 	MinNodes int
 	// ServerFlags are extra "fencelock serve" flags for every node.
 	ServerFlags []string
-	// NoFencing runs the store with --no-fencing: a negative control whose
-	// checkers must find a violation.
+	// NoFencing makes every worker write with one constant token, as if
+	// the resource did not fence: a negative control whose checkers must
+	// find a violation.
 	NoFencing bool
 	nemesis   func(ctx context.Context, e *env)
 	// hook lists the idempotent nemesis-hook actions that stand for what
@@ -113,7 +114,7 @@ func Scenarios() []Scenario {
 			ServerFlags: []string{"--snapshot-threshold", "16", "--trailing-logs", strconv.Itoa(snapshotTrailingLogs), "--snapshot-interval", "100ms"}},
 		{Name: "membership", Number: "6", Title: "five nodes, membership changes: remove a follower and re-join it wiped, transfer leadership, remove the leader, kill -9",
 			Nodes: 5, MinNodes: 3, nemesis: membership, bit: bits(memberChange, leaderChange)},
-		{Name: "negative-control", Number: "neg", Title: "scenario 4 against a store with fencing OFF: the checker must find the violation",
+		{Name: "negative-control", Number: "neg", Title: "scenario 4 with fencing OFF (one constant token for every write): the checker must find the violation",
 			Nodes: 1, MinNodes: 1, NoFencing: true, zombie: zombie, bit: bits(leaseLost)},
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/internal/netproxy"
 )
 
@@ -101,13 +102,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 	}
 	enc := json.NewEncoder(out)
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	res, err := open(octx, setup.Resource, setup.Fencing)
+	res, err := open(octx, setup.Resource)
 	cancel()
 	if err != nil {
 		_ = enc.Encode(response{Type: Fail, Error: err.Error()})
 		return fmt.Errorf("worker: %w", err)
 	}
-	defer res.Close()
+	if c, ok := res.(io.Closer); ok {
+		defer c.Close()
+	}
 	if err := enc.Encode(response{Type: OK}); err != nil { // ready
 		return fmt.Errorf("worker: write response: %w", err)
 	}
@@ -118,6 +121,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 			return fmt.Errorf("worker: bad request: %w", err)
 		}
 		octx, cancel := context.WithTimeout(ctx, setup.OpTimeout)
+		if !setup.Fencing && (req.F == FFence || req.F == FWrite) {
+			req.Token = uint64(unfencedToken)
+		}
 		resp := perform(octx, c, res, held, req)
 		cancel()
 		resp.ID = req.ID
@@ -146,7 +152,7 @@ func etag(version int64) string {
 	return strconv.FormatInt(version, 10)
 }
 
-func perform(ctx context.Context, c *client.Client, res Resource, held map[string]*client.Lock, req request) response {
+func perform(ctx context.Context, c *client.Client, res fence.Resource, held map[string]*client.Lock, req request) response {
 	switch req.F {
 	case FAcquire:
 		l, err := c.Acquire(ctx, req.Lock, client.WithTTL(req.TTL), client.WithWait(req.Wait))
@@ -190,18 +196,21 @@ func perform(ctx context.Context, c *client.Client, res Resource, held map[strin
 		}
 		return response{Type: OK, Token: uint64(li.Token)}
 	case FFence:
-		if err := res.Fence(ctx, req.Lock, fencelock.Token(req.Token)); err != nil {
+		if err := res.Check(ctx, req.Lock, fencelock.Token(req.Token)); err != nil {
 			return classify(err, fencelock.ErrStaleToken)
 		}
 		return response{Type: OK}
 	case FRead, FFinal:
-		list, version, err := res.Read(ctx, req.Lock)
+		value, version, err := res.Get(ctx, req.Lock)
+		if errors.Is(err, fencelock.ErrNotFound) {
+			return response{Type: OK}
+		}
 		if err != nil {
 			return classify(err)
 		}
-		return response{Type: OK, Value: list, ETag: etag(version)}
+		return response{Type: OK, Value: splitList(value), ETag: etag(version)}
 	case FWrite:
-		version, err := res.Write(ctx, req.Lock, fencelock.Token(req.Token), req.Body)
+		version, err := res.Put(ctx, req.Lock, fencelock.Token(req.Token), req.Lock, joinList(req.Body))
 		if err != nil {
 			return classify(err, fencelock.ErrStaleToken)
 		}

@@ -7,57 +7,29 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/verify"
 )
 
-// memoryResource is a Resource in one process's memory, fenced by
-// fence.Memory: enough to drive one worker in a test.
-type memoryResource struct {
-	f       *fence.Memory
-	mu      sync.Mutex
-	lists   map[string][]string
-	version int64
+type answer struct {
+	ID    int      `json:"id"`
+	Type  string   `json:"type"`
+	Value []string `json:"value"`
+	ETag  string   `json:"etag"`
+	Code  string   `json:"code"`
 }
 
-func (m *memoryResource) Fence(ctx context.Context, domain string, token fencelock.Token) error {
-	return m.f.Check(ctx, domain, token)
-}
-
-func (m *memoryResource) Read(_ context.Context, domain string) ([]string, int64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.lists[domain]), m.version, nil
-}
-
-func (m *memoryResource) Write(ctx context.Context, domain string, token fencelock.Token, list []string) (int64, error) {
-	var v int64
-	err := m.f.Do(ctx, domain, token, func(context.Context) error {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.version++
-		m.lists[domain], v = slices.Clone(list), m.version
-		return nil
-	})
-	return v, err
-}
-
-func (m *memoryResource) Close() error { return nil }
-
-// TestRunWorker_customResource drives a worker whose OpenFunc is the
-// caller's: the setup line's resource spec and fencing flag reach it, and
-// its refusals come back as fail with the stale-token code.
-func TestRunWorker_customResource(t *testing.T) {
-	var gotSpec string
-	var gotFencing bool
-	open := func(_ context.Context, spec string, fencing bool) (verify.Resource, error) {
-		gotSpec, gotFencing = spec, fencing
-		return &memoryResource{f: fence.NewMemory(), lists: map[string][]string{}}, nil
+// startWorker runs a worker whose OpenFunc returns a fence.MemoryResource
+// and records the spec it got. It returns a function that sends one line and
+// reads the answer. The worker ends with the test.
+func startWorker(t *testing.T, setup string) (send func(line string) answer, gotSpec *string) {
+	gotSpec = new(string)
+	open := func(_ context.Context, spec string) (fence.Resource, error) {
+		*gotSpec = spec
+		return &fence.MemoryResource{}, nil
 	}
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -67,15 +39,19 @@ func TestRunWorker_customResource(t *testing.T) {
 		done <- verify.RunWorker(t.Context(), verify.WorkerConfig{Open: open}, inR, outW)
 		outW.Close()
 	}()
+	t.Cleanup(func() {
+		inW.Close()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("RunWorker returned %v after its input ended, want nil", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("RunWorker did not return after its input ended")
+		}
+	})
 	lines := bufio.NewScanner(outR)
-	type answer struct {
-		ID    int      `json:"id"`
-		Type  string   `json:"type"`
-		Value []string `json:"value"`
-		ETag  string   `json:"etag"`
-		Code  string   `json:"code"`
-	}
-	send := func(line string) answer {
+	send = func(line string) answer {
 		t.Helper()
 		if _, err := io.WriteString(inW, line+"\n"); err != nil {
 			t.Fatalf("send %s: %v", line, err)
@@ -89,11 +65,19 @@ func TestRunWorker_customResource(t *testing.T) {
 		}
 		return a
 	}
-	if a := send(`{"endpoints":["127.0.0.1:1"],"resource":"mem://orders","fencing":true,"op_timeout":1000000000}`); a.Type != "ok" {
+	if a := send(setup); a.Type != "ok" {
 		t.Fatalf("setup answered %+v, want ok", a)
 	}
-	if gotSpec != "mem://orders" || !gotFencing {
-		t.Errorf("OpenFunc got spec %q, fencing %v; want mem://orders, true", gotSpec, gotFencing)
+	return send, gotSpec
+}
+
+// TestRunWorker_customResource drives a worker whose OpenFunc is the
+// caller's: the setup line's resource spec reaches it, and its refusals
+// come back as fail with the stale-token code.
+func TestRunWorker_customResource(t *testing.T) {
+	send, gotSpec := startWorker(t, `{"endpoints":["127.0.0.1:1"],"resource":"mem://orders","fencing":true,"op_timeout":1000000000}`)
+	if *gotSpec != "mem://orders" {
+		t.Errorf("OpenFunc got spec %q, want mem://orders", *gotSpec)
 	}
 	tests := []struct {
 		req        string
@@ -103,11 +87,12 @@ func TestRunWorker_customResource(t *testing.T) {
 		wantETag   string
 		definition string
 	}{
-		{req: `{"id":1,"f":"fence","lock":"d","token":5}`, want: "ok", definition: "a fence raise"},
-		{req: `{"id":2,"f":"write","lock":"d","token":5,"body":["a"]}`, want: "ok", wantETag: "1", definition: "a write with the current token"},
-		{req: `{"id":3,"f":"write","lock":"d","token":4,"body":["b"]}`, want: "fail", wantCode: "stale_fencing_token", definition: "a stale write"},
-		{req: `{"id":4,"f":"read","lock":"d"}`, want: "ok", wantValue: []string{"a"}, wantETag: "1", definition: "a read"},
-		{req: `{"id":5,"f":"final","lock":"d"}`, want: "ok", wantValue: []string{"a"}, wantETag: "1", definition: "the final read"},
+		{req: `{"id":1,"f":"read","lock":"d"}`, want: "ok", definition: "a read of nothing"},
+		{req: `{"id":2,"f":"fence","lock":"d","token":5}`, want: "ok", definition: "a fence raise"},
+		{req: `{"id":3,"f":"write","lock":"d","token":5,"body":["a"]}`, want: "ok", wantETag: "1", definition: "a write with the current token"},
+		{req: `{"id":4,"f":"write","lock":"d","token":4,"body":["b"]}`, want: "fail", wantCode: "stale_fencing_token", definition: "a stale write"},
+		{req: `{"id":5,"f":"read","lock":"d"}`, want: "ok", wantValue: []string{"a"}, wantETag: "1", definition: "a read"},
+		{req: `{"id":6,"f":"final","lock":"d"}`, want: "ok", wantValue: []string{"a"}, wantETag: "1", definition: "the final read"},
 	}
 	for i, tt := range tests {
 		a := send(tt.req)
@@ -115,14 +100,23 @@ func TestRunWorker_customResource(t *testing.T) {
 			t.Errorf("%s (%s) answered %+v; want %s, code %q, value %q, etag %q", tt.definition, tt.req, a, tt.want, tt.wantCode, tt.wantValue, tt.wantETag)
 		}
 	}
-	inW.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("RunWorker returned %v after its input ended, want nil", err)
+}
+
+// TestRunWorker_unfenced: with fencing off (the negative control) every
+// write is accepted, a stale one too.
+func TestRunWorker_unfenced(t *testing.T) {
+	send, _ := startWorker(t, `{"endpoints":["127.0.0.1:1"],"resource":"mem://x","fencing":false,"op_timeout":1000000000}`)
+	for i, req := range []string{
+		`{"id":1,"f":"write","lock":"d","token":5,"body":["a"]}`,
+		`{"id":2,"f":"fence","lock":"d","token":3}`,
+		`{"id":3,"f":"write","lock":"d","token":4,"body":["b"]}`,
+	} {
+		if a := send(req); a.ID != i+1 || a.Type != "ok" {
+			t.Errorf("%s answered %+v, want ok: without fencing every write lands", req, a)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("RunWorker did not return after its input ended")
+	}
+	if a := send(`{"id":4,"f":"read","lock":"d"}`); !slices.Equal(a.Value, []string{"b"}) {
+		t.Errorf("read answered %+v, want the stale write's value [b]", a)
 	}
 }
 
