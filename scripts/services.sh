@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# services.sh starts and stops the throwaway PostgreSQL and Redis servers that
-# fencelock's adapter tests run against.
+# services.sh starts and stops the throwaway PostgreSQL, Redis and S3-compatible
+# (versitygw) servers that fencelock's adapter tests run against.
 #
-#   bash scripts/services.sh up [DIR]   install (if missing) and start both servers
+#   bash scripts/services.sh up [DIR]   install (if missing) and start the servers
 #                                       with their data under DIR (default: a new
 #                                       temp dir); print export lines on stdout
 #   bash scripts/services.sh down DIR   stop exactly the servers `up DIR` started
@@ -13,18 +13,20 @@
 #   go test -race ./...
 #   bash scripts/services.sh down "$dir"
 #
-# Both servers listen on 127.0.0.1 only, on non-default ports below Linux's
-# ephemeral range (PostgreSQL from 15432, Redis from 16379; the next free port is
-# taken if one is busy; override the start with FENCELOCK_PG_PORT /
-# FENCELOCK_REDIS_PORT). Missing binaries are
-# installed with apt-get (Debian's postgresql and redis-server packages), which
-# needs root. As root, PostgreSQL runs as the `postgres` OS user. Progress goes
-# to stderr; stdout carries only the export lines.
+# The servers listen on 127.0.0.1 only, on non-default ports below Linux's
+# ephemeral range (PostgreSQL from 15432, Redis from 16379, S3 from 17070; the
+# next free port is taken if one is busy; override the start with
+# FENCELOCK_PG_PORT / FENCELOCK_REDIS_PORT / FENCELOCK_S3_PORT). Missing binaries
+# are installed with apt-get (Debian's postgresql and redis-server packages),
+# which needs root; versitygw (Apache-2.0, posix backend) is built once with
+# `go install` from the Go module proxy into FENCELOCK_TOOLS_DIR (default
+# ~/.cache/fencelock). As root, PostgreSQL runs as the `postgres` OS user.
+# Progress goes to stderr; stdout carries only the export lines.
 set -euo pipefail
 
 exec 3>&1 1>&2 # stdout (fd 3) is reserved for the export lines
 
-log() { printf 'services.sh: %s\n' "$*"; }
+log() { printf 'services.sh: %s\n' "$*" >&2; }
 die() {
 	log "error: $*"
 	exit 1
@@ -89,11 +91,49 @@ redis_ping() {
 	[ "${reply%$'\r'}" = +PONG ]
 }
 
+VERSITYGW_VERSION=v1.8.0
+S3_ACCESS_KEY=fencelock
+S3_SECRET_KEY=fencelock-test-secret
+
+# versitygw_bin prints the path of the versitygw binary, building it first if
+# it is missing.
+versitygw_bin() {
+	local cache=${FENCELOCK_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fencelock}
+	local bin="$cache/versitygw-$VERSITYGW_VERSION"
+	if [ ! -x "$bin" ]; then
+		command -v go >/dev/null 2>&1 || die "go is needed to build versitygw"
+		log "building versitygw $VERSITYGW_VERSION into $cache (once; about two minutes)"
+		mkdir -p "$cache/build"
+		GOFLAGS= GOBIN="$cache/build" go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" >&2 3>&- ||
+			die "could not build versitygw"
+		mv "$cache/build/versitygw" "$bin"
+	fi
+	printf '%s\n' "$bin"
+}
+
+start_s3() {
+	local dir=$1 bin port
+	bin=$(versitygw_bin)
+	port=$(free_port "${FENCELOCK_S3_PORT:-17070}")
+	log "starting versitygw (S3) on 127.0.0.1:$port"
+	"$bin" --port "127.0.0.1:$port" --access "$S3_ACCESS_KEY" --secret "$S3_SECRET_KEY" --quiet \
+		posix "$dir/s3/root" >"$dir/s3/versitygw.log" 2>&1 3>&- &
+	printf 'S3_PORT=%q\nS3_PID=%q\n' "$port" "$!" >>"$dir/services.env"
+	local i
+	for i in $(seq 1 100); do
+		port_busy "$port" && return 0
+		sleep 0.1
+	done
+	die "versitygw does not accept connections on 127.0.0.1:$port, see $dir/s3/versitygw.log"
+}
+
 print_exports() {
 	# shellcheck disable=SC1091
 	. "$1/services.env"
 	printf "export FENCELOCK_TEST_POSTGRES_DSN='postgres://postgres@127.0.0.1:%s/postgres?sslmode=disable'\n" "$PG_PORT" >&3
 	printf "export FENCELOCK_TEST_REDIS_ADDR='127.0.0.1:%s'\n" "$REDIS_PORT" >&3
+	printf "export FENCELOCK_TEST_S3_ENDPOINT='http://127.0.0.1:%s'\n" "$S3_PORT" >&3
+	printf "export AWS_ACCESS_KEY_ID='%s' AWS_SECRET_ACCESS_KEY='%s' AWS_REGION=us-east-1\n" "$S3_ACCESS_KEY" "$S3_SECRET_KEY" >&3
 	printf "export FENCELOCK_SERVICES_DIR='%s'\n" "$1" >&3
 }
 
@@ -162,13 +202,14 @@ up() {
 	fi
 	install_missing
 	chmod 755 "$dir"
-	mkdir -p "$dir/pg" "$dir/redis"
+	mkdir -p "$dir/pg" "$dir/redis" "$dir/s3/root"
 	: >"$dir/services.env"
 	trap 'log "start failed; stopping what was started"; down "$dir" || true' EXIT
 	start_postgres "$dir"
 	start_redis "$dir"
+	start_s3 "$dir"
 	trap - EXIT
-	log "PostgreSQL and Redis are up; stop them with: bash $0 down $dir"
+	log "PostgreSQL, Redis and S3 are up; stop them with: bash $0 down $dir"
 	print_exports "$dir"
 }
 
@@ -176,7 +217,7 @@ down() {
 	local dir=${1:-}
 	[ -n "$dir" ] || die "down needs the DIR given to (or printed by) up"
 	[ -f "$dir/services.env" ] || die "$dir has no services.env: nothing started there by services.sh"
-	local PG_BINDIR='' PG_PORT='' REDIS_PORT='' REDIS_PID=''
+	local PG_BINDIR='' PG_PORT='' REDIS_PORT='' REDIS_PID='' S3_PORT='' S3_PID=''
 	# shellcheck disable=SC1091
 	. "$dir/services.env"
 	if [ -z "$REDIS_PID" ] && [ -n "$REDIS_PORT" ] && [ -s "$dir/redis/redis.pid" ]; then
@@ -195,6 +236,11 @@ down() {
 			kill -0 "$REDIS_PID" 2>/dev/null || break
 			sleep 0.1
 		done
+	fi
+	if [ -n "$S3_PID" ] && kill -0 "$S3_PID" 2>/dev/null &&
+		grep -q versitygw "/proc/$S3_PID/cmdline" 2>/dev/null; then
+		log "stopping versitygw on port $S3_PORT (pid $S3_PID)"
+		kill "$S3_PID"
 	fi
 	rm -f "$dir/services.env"
 }
