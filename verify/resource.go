@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/postgres"
 	"github.com/fencelock/fencelock/redis"
+	"github.com/fencelock/fencelock/s3"
 	"github.com/fencelock/fencelock/store"
 )
 
@@ -53,7 +54,9 @@ type OpenFunc func(ctx context.Context, spec string) (fence.Resource, error)
 //     the domain fence (table fencelock_fences); both tables are created if
 //     missing;
 //   - redis:// or rediss://: a Redis server (go-redis URL); the lists are
-//     redis.Strings at fencelock:verify:DOMAIN.
+//     redis.Strings at fencelock:verify:DOMAIN;
+//   - s3://BUCKET/PREFIX?endpoint=URL: an existing S3 bucket (s3.Open); the
+//     lists are values of an s3.Bucket under PREFIX.
 func OpenResource(ctx context.Context, spec string) (fence.Resource, error) {
 	scheme, _, _ := strings.Cut(spec, "://")
 	switch strings.ToLower(scheme) {
@@ -67,8 +70,10 @@ func OpenResource(ctx context.Context, spec string) (fence.Resource, error) {
 		return openPostgres(ctx, spec)
 	case "redis", "rediss":
 		return openRedis(ctx, spec)
+	case "s3":
+		return s3.Open(ctx, spec)
 	}
-	return nil, fmt.Errorf("open resource %q: want an http://, postgres:// or redis:// URL: %w", Redact(spec), fencelock.ErrInvalidArgument)
+	return nil, fmt.Errorf("open resource %q: want an http://, postgres://, redis:// or s3:// URL: %w", Redact(spec), fencelock.ErrInvalidArgument)
 }
 
 // pgTable is a postgres.Table that closes its pool.
@@ -145,7 +150,7 @@ func builtinResource(spec string) bool {
 		return false
 	}
 	switch strings.ToLower(scheme) {
-	case "http", "https", "postgres", "postgresql", "redis", "rediss":
+	case "http", "https", "postgres", "postgresql", "redis", "rediss", "s3":
 		return true
 	}
 	return false

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	color := fs.String("color", "auto", "colour output: auto, always, never")
 	acts := fs.String("acts", "fenced,unfenced", "which acts to run, comma-separated: fenced, unfenced")
 	pgDSN := fs.String("postgres", "", "also run the payment act against this PostgreSQL (a DSN; uses table "+demoOrdersTable+")")
+	s3URL := fs.String("s3", "", "run the fenced act against this S3 bucket instead of the embedded store: s3://BUCKET[/PREFIX][?endpoint=URL] (credentials as for the AWS CLI; writes under PREFIX/demo-TIME/)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -71,9 +73,17 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer stopLocks()
 	out.header(*ttl, *pause, lockAddr)
 
+	bucket, err := demoBucket(*s3URL)
+	if err != nil {
+		return err
+	}
 	failed := false
 	for i, act := range runActs {
-		intact, err := runAct(ctx, out, act, i+1, filepath.Join(dir, act), lockAddr, *ttl, *pause, quiet)
+		res := report{dir: filepath.Join(dir, act), log: quiet}
+		if act == "fenced" {
+			res.s3 = bucket
+		}
+		intact, err := runAct(ctx, out, act, i+1, res, lockAddr, *ttl, *pause)
 		if err != nil {
 			return fmt.Errorf("demo act %q: %w", act, err)
 		}
@@ -127,30 +137,85 @@ func startDemoLockService(ctx context.Context, dir string, log *slog.Logger) (st
 	return ln.Addr().String(), func() { hs.Close(); s.Close() }, nil
 }
 
-// runAct plays the scenario once and reports whether report.pdf ended as
-// B's report, intact.
-func runAct(ctx context.Context, out *timeline, act string, n int, dir, lockAddr string, ttl, pause time.Duration, log *slog.Logger) (bool, error) {
+// demoBucket returns the demo's own place in the bucket spec names (a
+// prefix of its own under the URL's), or "" for none.
+func demoBucket(spec string) (string, error) {
+	if spec == "" {
+		return "", nil
+	}
+	u, err := url.Parse(spec)
+	if err != nil || u.Scheme != "s3" || u.Host == "" {
+		return "", usageErr("demo --s3 %q: want s3://BUCKET[/PREFIX][?endpoint=URL]", spec)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/demo-" + time.Now().UTC().Format("20060102T150405.000") + "/"
+	return u.String(), nil
+}
+
+// report is where an act's report goes: an S3 bucket (s3 set), or an
+// embedded store in dir, started for the act.
+type report struct {
+	dir string
+	log *slog.Logger
+	s3  string
+}
+
+// place is where a report is: a demo-worker flag (--store or --s3) and
+// its URL.
+type place struct{ flag, url string }
+
+// read returns the report's content.
+func (p place) read(ctx context.Context) (string, error) {
+	storeURL, s3URL := p.url, ""
+	if p.flag == "--s3" {
+		storeURL, s3URL = "", p.url
+	}
+	r, err := openReport(ctx, storeURL, s3URL)
+	if err != nil {
+		return "", err
+	}
+	b, _, err := r.Get(ctx, "report.pdf")
+	if err != nil {
+		return "", fmt.Errorf("read report.pdf: %w", err)
+	}
+	return string(b), nil
+}
+
+// open starts the act's store, unless the report goes to S3, and returns
+// the report's place.
+func (r report) open(ctx context.Context, act string) (where place, stop func(), err error) {
+	if r.s3 != "" {
+		return place{"--s3", r.s3}, func() {}, nil
+	}
 	cfg := store.DefaultConfig()
-	cfg.DataDir, cfg.Logger, cfg.DisableFencing = dir, log, act == "unfenced"
+	cfg.DataDir, cfg.Logger, cfg.DisableFencing = r.dir, r.log, act == "unfenced"
 	st, err := store.Open(cfg)
 	if err != nil {
-		return false, err
+		return place{}, nil, err
 	}
-	defer st.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		st.Close()
+		return place{}, nil, err
+	}
+	sctx, stopStore := context.WithCancel(ctx)
+	go st.Serve(sctx, ln)
+	return place{"--store", "http://" + ln.Addr().String()}, func() { stopStore(); st.Close() }, nil
+}
+
+// runAct plays the scenario once and reports whether report.pdf ended as
+// B's report, intact.
+func runAct(ctx context.Context, out *timeline, act string, n int, res report, lockAddr string, ttl, pause time.Duration) (bool, error) {
+	where, stop, err := res.open(ctx, act)
 	if err != nil {
 		return false, err
 	}
-	sctx, stopStore := context.WithCancel(ctx)
-	defer stopStore()
-	go st.Serve(sctx, ln)
-	storeURL := "http://" + ln.Addr().String()
+	defer stop()
 	out.act(act, n)
 
 	const parts = 3
 	workerArgs := func(name string, gate int) []string {
-		return []string{"demo-worker", "--name", name, "--server", lockAddr, "--store", storeURL,
-			"--ttl", ttl.String(), "--parts", fmt.Sprint(parts), "--gate-after", fmt.Sprint(gate)}
+		return append([]string{"demo-worker", "--name", name, "--server", lockAddr,
+			"--ttl", ttl.String(), "--parts", fmt.Sprint(parts), "--gate-after", fmt.Sprint(gate)}, where.flag, where.url)
 	}
 	_, bEvents, err := play(ctx, out, act, workerArgs("A", 1), workerArgs("B", 0), ttl, pause)
 	if err != nil {
@@ -163,7 +228,7 @@ func runAct(ctx context.Context, out *timeline, act string, n int, dir, lockAddr
 		}
 	}
 
-	got, err := readObject(ctx, storeURL, "report.pdf")
+	got, err := where.read(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -247,18 +312,6 @@ func play(ctx context.Context, out *timeline, act string, argsA, argsB []string,
 		return nil, nil, fmt.Errorf("worker A: %w", err)
 	}
 	return aEvents, bEvents, nil
-}
-
-func readObject(ctx context.Context, storeURL, key string) (string, error) {
-	c, err := store.NewClient(storeURL)
-	if err != nil {
-		return "", err
-	}
-	b, _, err := c.Get(ctx, key)
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", key, err)
-	}
-	return string(b), nil
 }
 
 // worker is a running demo-worker process and its event stream.

@@ -4,41 +4,50 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/internal/testproc"
 )
 
-func TestDemo_FencingStopsThePausedWriterAndItsAbsenceCorrupts(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, code := testproc.Run(ctx, t, nil, "demo", "--json", "--ttl", "1s", "--pause", "2500ms")
-	if code != 0 {
-		t.Fatalf("demo exited %d:\n%s", code, out)
-	}
-	type key struct{ act, actor, kind string }
-	events := map[key][]demoEvent{}
+type eventKey struct{ act, actor, kind string }
+
+// demoEvents parses the demo's --json output.
+func demoEvents(t *testing.T, out string) map[eventKey][]demoEvent {
+	t.Helper()
+	events := map[eventKey][]demoEvent{}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		var e demoEvent
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("demo --json printed a non-JSON line %q", sc.Text())
 		}
-		events[key{e.Act, e.Actor, e.Kind}] = append(events[key{e.Act, e.Actor, e.Kind}], e)
+		k := eventKey{e.Act, e.Actor, e.Kind}
+		events[k] = append(events[k], e)
 	}
+	return events
+}
+
+// checkFencedAct: A's late write is rejected with A's older token, and the
+// report is B's.
+func checkFencedAct(t *testing.T, out string, events map[eventKey][]demoEvent) {
+	t.Helper()
 	one := func(act, actor, kind string) demoEvent {
 		t.Helper()
-		es := events[key{act, actor, kind}]
+		es := events[eventKey{act, actor, kind}]
 		if len(es) != 1 {
 			t.Fatalf("act %s: want one %q event from %s, got %d\n%s", act, kind, actor, len(es), out)
 		}
 		return es[0]
 	}
-
-	// Fenced act: A's late write is rejected with A's older token.
 	aTok := one("fenced", "A", "acquired").Token
 	bTok := one("fenced", "B", "acquired").Token
 	if aTok >= bTok {
@@ -52,22 +61,58 @@ func TestDemo_FencingStopsThePausedWriterAndItsAbsenceCorrupts(t *testing.T) {
 		t.Errorf("fenced act: A stopped with %q, want its lease context done", stop.Detail)
 	}
 	var bContent strings.Builder
-	for _, e := range events[key{"fenced", "B", "wrote"}] {
+	for _, e := range events[eventKey{"fenced", "B", "wrote"}] {
 		bContent.WriteString(e.Line)
 	}
 	v := one("fenced", "demo", "verdict")
 	if v.Intact == nil || !*v.Intact || v.Content != bContent.String() {
 		t.Errorf("fenced act: final report %q (intact %v), want exactly B's %q", v.Content, v.Intact, bContent.String())
 	}
+}
+
+func TestDemo_FencingStopsThePausedWriterAndItsAbsenceCorrupts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code := testproc.Run(ctx, t, nil, "demo", "--json", "--ttl", "1s", "--pause", "2500ms")
+	if code != 0 {
+		t.Fatalf("demo exited %d:\n%s", code, out)
+	}
+	events := demoEvents(t, out)
+	checkFencedAct(t, out, events)
 
 	// Unfenced act: A's late write lands and the demo detects the corruption.
-	if n := len(events[key{"unfenced", "A", "rejected"}]); n != 0 {
+	if n := len(events[eventKey{"unfenced", "A", "rejected"}]); n != 0 {
 		t.Errorf("unfenced act: %d rejections, want none", n)
 	}
-	u := one("unfenced", "demo", "verdict")
-	if u.Intact == nil || *u.Intact || !strings.Contains(u.Content, "worker A") || !strings.Contains(u.Content, "worker B") {
+	us := events[eventKey{"unfenced", "demo", "verdict"}]
+	if len(us) != 1 {
+		t.Fatalf("unfenced act: %d verdicts, want 1\n%s", len(us), out)
+	}
+	if u := us[0]; u.Intact == nil || *u.Intact || !strings.Contains(u.Content, "worker A") || !strings.Contains(u.Content, "worker B") {
 		t.Errorf("unfenced act: verdict %+v, want corruption with sections of both workers", u)
 	}
+}
+
+// TestDemo_S3: the fenced act against an S3 bucket.
+func TestDemo_S3(t *testing.T) {
+	ep := fencelocktest.S3Endpoint(t)
+	cfg, err := awsconfig.LoadDefaultConfig(t.Context(), awsconfig.WithRegion("us-east-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := awss3.NewFromConfig(cfg, func(o *awss3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(ep), true })
+	bucket := fmt.Sprintf("fencelock-demo-%x", rand.Uint64())
+	if _, err := api.CreateBucket(t.Context(), &awss3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		t.Fatalf("create bucket at %s: %v", ep, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code := testproc.Run(ctx, t, nil, "demo", "--json", "--acts", "fenced", "--ttl", "1s", "--pause", "2s",
+		"--s3", "s3://"+bucket+"/reports?endpoint="+ep)
+	if code != 0 {
+		t.Fatalf("demo --s3 exited %d:\n%s", code, out)
+	}
+	checkFencedAct(t, out, demoEvents(t, out))
 }
 
 func TestDemo_PaymentActPaysOrderOnce(t *testing.T) {

@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/s3"
 	"github.com/fencelock/fencelock/store"
 )
 
@@ -46,6 +47,7 @@ func runDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 	newClient := clientFlags(fs)
 	name := fs.String("name", "A", "worker name, written into each section")
 	storeURL := fs.String("store", "", "fenced object store URL")
+	s3URL := fs.String("s3", "", "write the report to this S3 bucket instead: s3://BUCKET/PREFIX?endpoint=URL")
 	lockName := fs.String("lock", "report.pdf", "lock name and object key")
 	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL")
 	parts := fs.Int("parts", 3, "sections in the report")
@@ -54,8 +56,8 @@ func runDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *storeURL == "" && *pgDSN == "" || *parts < 1 {
-		return usageErr("demo-worker needs --store or --postgres, and --parts >= 1")
+	if *storeURL == "" && *s3URL == "" && *pgDSN == "" || *parts < 1 {
+		return usageErr("demo-worker needs --store, --s3 or --postgres, and --parts >= 1")
 	}
 	enc := json.NewEncoder(stdout)
 	emit := func(e demoEvent) { e.Actor = *name; _ = enc.Encode(e) }
@@ -68,7 +70,7 @@ func runDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *pgDSN != "" {
 		return payOrder(ctx, c, *pgDSN, *name, *ttl, *gate > 0, emit)
 	}
-	st, err := store.NewClient(*storeURL)
+	st, err := openReport(ctx, *storeURL, *s3URL)
 	if err != nil {
 		return err
 	}
@@ -93,7 +95,7 @@ func runDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 			}
 			body = string(old)
 		}
-		_, err := st.Put(wctx, *lockName, tok, strings.NewReader(body+line))
+		_, err := st.Put(wctx, *lockName, tok, *lockName, []byte(body+line))
 		var stale *fencelock.StaleTokenError
 		switch {
 		case errors.As(err, &stale):
@@ -125,6 +127,19 @@ func runDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	emit(demoEvent{Kind: "released", Token: uint64(tok)})
 	return nil
+}
+
+// openReport opens where the report goes: the S3 bucket if s3URL is set,
+// else the fenced store.
+func openReport(ctx context.Context, storeURL, s3URL string) (fence.Resource, error) {
+	if s3URL != "" {
+		return s3.Open(ctx, s3URL)
+	}
+	c, err := store.NewClient(storeURL)
+	if err != nil {
+		return nil, err
+	}
+	return c.Resource(), nil
 }
 
 func leaseView(l *client.Lock) string {
