@@ -1,6 +1,6 @@
 // Package fencelocktest is fencelock's importable test kit.
 //
-// RunFenceSuite runs one shared suite of cases against any fence adapter, so
+// RunFenceSuite runs the shared cases of package conformance against any fence adapter, so
 // every resource (the memory fence, the object store over HTTP, PostgreSQL,
 // Redis, or your own) is held to the same definition of fencing. PostgresDSN
 // and RedisAddr find the throwaway servers that scripts/services.sh starts,

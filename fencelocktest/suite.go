@@ -1,13 +1,9 @@
 package fencelocktest
 
 import (
-	"errors"
-	"fmt"
-	"math/rand/v2"
-	"strings"
 	"testing"
 
-	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/conformance"
 	"github.com/fencelock/fencelock/fence"
 )
 
@@ -22,229 +18,21 @@ type Target struct {
 	Restart func(tb testing.TB) Target
 }
 
-// RunFenceSuite runs the shared fence cases as subtests of t. open returns a
-// Target for one subtest; it may return the same resource every time, since
-// each subtest uses domains and keys no other subtest uses, and it should
-// register its cleanup with tb.Cleanup.
+// RunFenceSuite runs the shared fence cases (package conformance) as
+// subtests of t. open returns a Target for one subtest; it may return the
+// same resource every time, since each subtest uses domains and keys no
+// other subtest uses, and it should register its cleanup with tb.Cleanup.
 func RunFenceSuite(t *testing.T, open func(tb testing.TB) Target) {
 	t.Helper()
-	for _, tc := range sequenceCases {
-		t.Run(tc.name, func(t *testing.T) {
-			runSequence(t, open(t), tc)
-		})
-	}
-	t.Run("check raises the bar without writing", func(t *testing.T) { testCheck(t, open(t)) })
-	t.Run("unknown domain has highest 0", func(t *testing.T) { testUnknownDomain(t, open(t)) })
-	t.Run("restart keeps the highest token", func(t *testing.T) { testRestart(t, open(t)) })
-	t.Run("concurrent writers with random tokens", func(t *testing.T) { testConcurrent(t, open(t)) })
-}
-
-type write struct {
-	domain  int // index into the case's domains
-	key     int // index into the case's keys
-	token   fencelock.Token
-	wantErr error // nil, fencelock.ErrStaleToken or fencelock.ErrMissingToken
-}
-
-type sequenceCase struct {
-	name        string
-	writes      []write
-	wantHighest []fencelock.Token // per domain, after all writes
-	wantValue   []int             // per key: index of the write whose value it must hold, -1 for none
-}
-
-var sequenceCases = []sequenceCase{
-	{
-		name:        "33 then 34 are both accepted",
-		writes:      []write{{token: 33}, {token: 34}},
-		wantHighest: []fencelock.Token{34},
-		wantValue:   []int{1},
-	},
-	{
-		name:        "34 then 33: 33 is refused and changes nothing",
-		writes:      []write{{token: 34}, {token: 33, wantErr: fencelock.ErrStaleToken}},
-		wantHighest: []fencelock.Token{34},
-		wantValue:   []int{0},
-	},
-	{
-		name:        "equal token is accepted again",
-		writes:      []write{{token: 34}, {token: 34}},
-		wantHighest: []fencelock.Token{34},
-		wantValue:   []int{1},
-	},
-	{
-		name:        "token 0 is refused as missing",
-		writes:      []write{{token: 0, wantErr: fencelock.ErrMissingToken}},
-		wantHighest: []fencelock.Token{0},
-		wantValue:   []int{-1},
-	},
-	{
-		name:        "token 0 is refused after an accepted write",
-		writes:      []write{{token: 7}, {token: 0, wantErr: fencelock.ErrMissingToken}},
-		wantHighest: []fencelock.Token{7},
-		wantValue:   []int{0},
-	},
-	{
-		name: "a domain fences every key in it",
-		writes: []write{
-			{key: 0, token: 34},
-			{key: 1, token: 33, wantErr: fencelock.ErrStaleToken},
-		},
-		wantHighest: []fencelock.Token{34},
-		wantValue:   []int{0, -1},
-	},
-	{
-		name: "domains are independent",
-		writes: []write{
-			{domain: 0, key: 0, token: 34},
-			{domain: 1, key: 1, token: 33},
-		},
-		wantHighest: []fencelock.Token{34, 33},
-		wantValue:   []int{0, 1},
-	},
-}
-
-// names returns n domain or key names unique to tb.
-func names(tb testing.TB, kind string, n int) []string {
-	tb.Helper()
-	base := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
-			return r
-		}
-		return '-'
-	}, tb.Name())
-	id := rand.Uint64()
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("fencelocktest/%s-%x/%s%d", base, id, kind, i)
-	}
-	return out
-}
-
-func valueOf(writeIndex int, token fencelock.Token) []byte {
-	return fmt.Appendf(nil, "%d/w%d", token, writeIndex)
-}
-
-func runSequence(t *testing.T, target Target, tc sequenceCase) {
-	t.Helper()
-	ctx := t.Context()
-	domains := names(t, "domain", len(tc.wantHighest))
-	keys := names(t, "key", len(tc.wantValue))
-	versions := make([]int64, len(keys)) // per key: the version of its last accepted write
-	for i, w := range tc.writes {
-		what := fmt.Sprintf("write %d (token %d)", i, w.token)
-		v, err := target.Resource.Put(ctx, domains[w.domain], w.token, keys[w.key], valueOf(i, w.token))
-		checkWriteErr(t, what, err, w.wantErr, domains[w.domain], w.token)
-		if err == nil {
-			checkVersion(t, what, versions[w.key], v)
-			versions[w.key] = v
-		}
-	}
-	for i, d := range domains {
-		checkHighest(t, target, d, tc.wantHighest[i])
-	}
-	for i, k := range keys {
-		var want []byte
-		if j := tc.wantValue[i]; j >= 0 {
-			want = valueOf(j, tc.writes[j].token)
-		}
-		if got := checkValue(t, target, k, want); got != versions[i] {
-			t.Fatalf("Get(%q) returned version %d, want %d, the version of its last accepted write", k, got, versions[i])
-		}
+	for _, c := range conformance.Cases() {
+		t.Run(c.Name, func(t *testing.T) { c.Run(t, convert(t, open(t))) })
 	}
 }
 
-// checkVersion checks that an accepted write of a key created a version
-// above the key's previous one, or that the resource numbers no versions.
-func checkVersion(tb testing.TB, what string, prev, got int64) {
-	tb.Helper()
-	if got != 0 && got <= prev || got == 0 && prev != 0 {
-		tb.Fatalf("%s created version %d after version %d; want a higher version, or 0 for every write", what, got, prev)
+func convert(tb testing.TB, target Target) conformance.Target {
+	ct := conformance.Target{Resource: target.Resource}
+	if target.Restart != nil {
+		ct.Restart = func(conformance.T) conformance.Target { return convert(tb, target.Restart(tb)) }
 	}
-}
-
-func checkWriteErr(tb testing.TB, what string, err, wantErr error, domain string, token fencelock.Token) {
-	tb.Helper()
-	switch {
-	case wantErr == nil && err != nil:
-		tb.Fatalf("%s returned %v, want it accepted", what, err)
-	case wantErr != nil && !errors.Is(err, wantErr):
-		tb.Fatalf("%s returned %v, want an error wrapping %q", what, err, wantErr)
-	case errors.Is(wantErr, fencelock.ErrStaleToken):
-		var stale *fencelock.StaleTokenError
-		if !errors.As(err, &stale) {
-			tb.Fatalf("%s returned %T (%v), want a *fencelock.StaleTokenError", what, err, err)
-		}
-		if stale.Domain != domain || stale.Token != token || stale.Highest <= token {
-			tb.Fatalf("%s: StaleTokenError is {Domain:%q Token:%d Highest:%d}, want domain %q, token %d and a higher Highest",
-				what, stale.Domain, stale.Token, stale.Highest, domain, token)
-		}
-	}
-}
-
-func checkHighest(tb testing.TB, target Target, domain string, want fencelock.Token) {
-	tb.Helper()
-	got, err := target.Resource.Highest(tb.Context(), domain)
-	if err != nil {
-		tb.Fatalf("Highest(%q) returned error %v", domain, err)
-	}
-	if got != want {
-		tb.Fatalf("Highest(%q) = %d, want %d", domain, got, want)
-	}
-}
-
-// checkValue checks key's value (want nil: none) and returns its version.
-func checkValue(tb testing.TB, target Target, key string, want []byte) int64 {
-	tb.Helper()
-	got, version, err := target.Resource.Get(tb.Context(), key)
-	ok := err == nil
-	switch {
-	case err != nil && !errors.Is(err, fencelock.ErrNotFound):
-		tb.Fatalf("Get(%q) returned error %v", key, err)
-	case want == nil && ok:
-		tb.Fatalf("Get(%q) = %q, want no value: a refused write must store nothing", key, got)
-	case want != nil && !ok:
-		tb.Fatalf("Get(%q) found no value, want %q", key, want)
-	case want != nil && string(got) != string(want):
-		tb.Fatalf("Get(%q) = %q, want %q", key, got, want)
-	}
-	return version
-}
-
-func testCheck(t *testing.T, target Target) {
-	ctx := t.Context()
-	d, k := names(t, "domain", 1)[0], names(t, "key", 1)[0]
-	if err := target.Resource.Check(ctx, d, 40); err != nil {
-		t.Fatalf("Check(%q, 40) returned %v, want it accepted", d, err)
-	}
-	checkHighest(t, target, d, 40)
-	checkValue(t, target, k, nil)
-	_, err := target.Resource.Put(ctx, d, 39, k, valueOf(0, 39))
-	checkWriteErr(t, "write with token 39 after Check(40)", err, fencelock.ErrStaleToken, d, 39)
-	checkWriteErr(t, "Check(0)", target.Resource.Check(ctx, d, 0), fencelock.ErrMissingToken, d, 0)
-	checkWriteErr(t, "Check(39)", target.Resource.Check(ctx, d, 39), fencelock.ErrStaleToken, d, 39)
-	if _, err := target.Resource.Put(ctx, d, 40, k, valueOf(1, 40)); err != nil {
-		t.Fatalf("write with token 40 after Check(40) returned %v, want it accepted", err)
-	}
-	checkValue(t, target, k, valueOf(1, 40))
-}
-
-func testUnknownDomain(t *testing.T, target Target) {
-	checkHighest(t, target, names(t, "domain", 1)[0], 0)
-}
-
-func testRestart(t *testing.T, target Target) {
-	if target.Restart == nil {
-		t.Skip("skipping: this resource keeps nothing across a restart (Target.Restart is nil)")
-	}
-	ctx := t.Context()
-	d, k := names(t, "domain", 1)[0], names(t, "key", 1)[0]
-	if _, err := target.Resource.Put(ctx, d, 34, k, valueOf(0, 34)); err != nil {
-		t.Fatalf("write with token 34 returned %v, want it accepted", err)
-	}
-	target = target.Restart(t)
-	checkHighest(t, target, d, 34)
-	_, err := target.Resource.Put(ctx, d, 33, k, valueOf(1, 33))
-	checkWriteErr(t, "write with token 33 after the restart", err, fencelock.ErrStaleToken, d, 33)
-	checkValue(t, target, k, valueOf(0, 34))
+	return ct
 }

@@ -1,4 +1,4 @@
-package fencelocktest
+package conformance
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"testing"
 
 	"github.com/fencelock/fencelock"
 )
@@ -25,7 +24,7 @@ type outcome struct {
 }
 
 // tokenOf returns the token a suite value was written with.
-func tokenOf(tb testing.TB, value []byte) fencelock.Token {
+func tokenOf(tb T, value []byte) fencelock.Token {
 	tb.Helper()
 	s, _, _ := bytes.Cut(value, []byte("/"))
 	v, err := strconv.ParseUint(string(s), 10, 64)
@@ -42,7 +41,7 @@ func tokenOf(tb testing.TB, value []byte) fencelock.Token {
 // end, the domain's highest token and the stored value must both come from
 // the highest accepted token, and every refusal must name a token that was
 // accepted.
-func testConcurrent(t *testing.T, target Target) {
+func testConcurrent(t T, target Target) {
 	ctx := t.Context()
 	domains, keys := names(t, "domain", 2), names(t, "key", 2)
 
@@ -53,6 +52,7 @@ func testConcurrent(t *testing.T, target Target) {
 	var readers sync.WaitGroup
 	for i := range keys {
 		readers.Go(func() {
+			defer recoverTo(t)
 			var last fencelock.Token
 			for {
 				select {
@@ -81,6 +81,7 @@ func testConcurrent(t *testing.T, target Target) {
 	var writers sync.WaitGroup
 	for g := range concurrentWriters {
 		writers.Go(func() {
+			defer recoverTo(t)
 			i := g % len(domains)
 			tok := fencelock.Token(1 + rand.IntN(concurrentMaxToken))
 			_, err := target.Resource.Put(ctx, domains[i], tok, keys[i], valueOf(g, tok))
@@ -138,5 +139,12 @@ func testConcurrent(t *testing.T, target Target) {
 		if got := tokenOf(t, v); got != top {
 			t.Errorf("%q ends with the value of token %d, want the value of the highest accepted token %d", keys[i], got, top)
 		}
+	}
+}
+
+// recoverTo turns a panic of a case's goroutine into a failure of t.
+func recoverTo(t T) {
+	if p := recover(); p != nil {
+		t.Errorf("panic: %v", p)
 	}
 }
