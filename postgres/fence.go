@@ -160,3 +160,27 @@ func (f *Fence) Check(ctx context.Context, domain string, token fencelock.Token)
 func (f *Fence) Highest(ctx context.Context, domain string) (fencelock.Token, error) {
 	return Highest(ctx, f.db, domain)
 }
+
+// Guard returns f as an httpfence.Guard, for httpfence.Handler: Do runs fn
+// in a transaction fenced by token in domain, as Fence.Do does, and fn finds
+// the transaction with TxFromContext.
+func (f *Fence) Guard() Guard { return Guard{f} }
+
+// Guard runs functions in fenced transactions; see Fence.Guard.
+type Guard struct{ f *Fence }
+
+type txKey struct{}
+
+// Do runs fn in a transaction fenced by token in domain, with the
+// transaction in fn's context; it commits if fn returns nil.
+func (g Guard) Do(ctx context.Context, domain string, token fencelock.Token, fn func(ctx context.Context) error) error {
+	return g.f.Do(ctx, domain, token, func(ctx context.Context, tx pgx.Tx) error {
+		return fn(context.WithValue(ctx, txKey{}, tx))
+	})
+}
+
+// TxFromContext returns the fenced transaction of a Guard's fn.
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}

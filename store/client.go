@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/httpfence"
 )
 
 var _ fencelock.Fence = (*Client)(nil)
@@ -118,7 +119,7 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusNotModified {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return nil, decodeError(resp.StatusCode, body)
+		return nil, httpfence.DecodeError(resp.StatusCode, body)
 	}
 	return resp, nil
 }
@@ -138,9 +139,9 @@ func (c *Client) newWrite(ctx context.Context, method, url string, token fencelo
 		return nil, fmt.Errorf("%w: %w", fencelock.ErrInvalidArgument, err)
 	}
 	if token != 0 { // the store refuses a write without a token: let it say so
-		req.Header.Set(HeaderToken, token.String())
+		req.Header.Set(httpfence.HeaderToken, token.String())
 	}
-	for h, v := range map[string]string{HeaderDomain: o.domain, "If-Match": o.ifMatch, "If-None-Match": o.ifNoneMatch, HeaderIdempotencyKey: o.idemKey} {
+	for h, v := range map[string]string{httpfence.HeaderDomain: o.domain, "If-Match": o.ifMatch, "If-None-Match": o.ifNoneMatch, HeaderIdempotencyKey: o.idemKey} {
 		if v != "" {
 			req.Header.Set(h, v)
 		}
@@ -200,13 +201,13 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, ObjectInfo, error
 	info := ObjectInfo{
 		Key:    key,
 		ETag:   resp.Header.Get("ETag"),
-		Domain: resp.Header.Get(HeaderDomain),
+		Domain: resp.Header.Get(httpfence.HeaderDomain),
 		Size:   int64(buf.Len()),
 	}
-	if tok := resp.Header.Get(HeaderToken); tok != "" {
+	if tok := resp.Header.Get(httpfence.HeaderToken); tok != "" {
 		v, err := strconv.ParseUint(tok, 10, 64)
 		if err != nil {
-			return nil, ObjectInfo{}, fmt.Errorf("get object %q: %s header %q: %w", key, HeaderToken, tok, fencelock.ErrInvalidToken)
+			return nil, ObjectInfo{}, fmt.Errorf("get object %q: %s header %q: %w", key, httpfence.HeaderToken, tok, fencelock.ErrInvalidToken)
 		}
 		info.Token = fencelock.Token(v)
 	}
@@ -262,7 +263,7 @@ func (c *Client) Highest(ctx context.Context, domain string) (fencelock.Token, e
 		return 0, fmt.Errorf("read highest token of %q: %w: %w", domain, fencelock.ErrInvalidArgument, err)
 	}
 	resp, err := c.do(req)
-	if se := (*Error)(nil); errors.As(err, &se) && se.Code == fencelock.CodeNotFound {
+	if se := (*httpfence.Error)(nil); errors.As(err, &se) && se.Code == fencelock.CodeNotFound {
 		return 0, nil
 	}
 	if err != nil {

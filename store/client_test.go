@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/httpfence"
 	"github.com/fencelock/fencelock/store"
 )
 
@@ -321,8 +322,8 @@ func TestClient_Put_keyThatCannotBeADomain(t *testing.T) {
 	ts := startStore(t, store.DefaultConfig())
 	ctx := t.Context()
 	_, err := ts.client.Put(ctx, "r ", 1, strings.NewReader("x"))
-	if !errors.Is(err, fencelock.ErrInvalidName) || !strings.Contains(err.Error(), store.HeaderDomain) {
-		t.Fatalf("Put(%q) without a domain = %v; want ErrInvalidName naming the %s header", "r ", err, store.HeaderDomain)
+	if !errors.Is(err, fencelock.ErrInvalidName) || !strings.Contains(err.Error(), httpfence.HeaderDomain) {
+		t.Fatalf("Put(%q) without a domain = %v; want ErrInvalidName naming the %s header", "r ", err, httpfence.HeaderDomain)
 	}
 	if _, err := ts.client.Put(ctx, "r ", 1, strings.NewReader("x"), store.WithDomain("r")); err != nil {
 		t.Fatalf("Put(%q) with a domain = %v", "r ", err)

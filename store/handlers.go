@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/httpfence"
 )
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
@@ -30,21 +31,22 @@ func (s *Server) parseWrite(r *http.Request, op opKind, key, domain string) (wri
 		if err := ValidateKey(key); err != nil {
 			return wr, err
 		}
-		if d := r.Header.Values(HeaderDomain); len(d) > 1 {
-			return wr, fmt.Errorf("%d %s headers, send one: %w", len(d), HeaderDomain, fencelock.ErrInvalidName)
-		} else if len(d) == 1 {
-			wr.domain = d[0]
-		} else {
-			wr.domain = key
+		d, ok, err := httpfence.ParseDomain(r.Header)
+		if err != nil {
+			return wr, err
+		}
+		wr.domain = key
+		if ok {
+			wr.domain = d
 		}
 	}
 	if err := ValidateDomain(wr.domain); err != nil {
 		if op != opCheck && wr.domain == key {
-			return wr, fmt.Errorf("object key %q cannot be its own fence domain (%w); send a %s header", key, err, HeaderDomain)
+			return wr, fmt.Errorf("object key %q cannot be its own fence domain (%w); send a %s header", key, err, httpfence.HeaderDomain)
 		}
 		return wr, err
 	}
-	tok, err := parseToken(r.Header)
+	tok, err := httpfence.ParseToken(r.Header)
 	if err != nil && !(s.cfg.DisableFencing && errors.Is(err, fencelock.ErrMissingToken)) {
 		return wr, err
 	}
@@ -62,22 +64,6 @@ func (s *Server) parseWrite(r *http.Request, op opKind, key, domain string) (wri
 		return wr, err
 	}
 	return wr, nil
-}
-
-func parseToken(h http.Header) (fencelock.Token, error) {
-	vals := h.Values(HeaderToken)
-	switch len(vals) {
-	case 0:
-		return 0, fmt.Errorf("the write has no %s header; send the fencing token of your lock grant: %w", HeaderToken, fencelock.ErrMissingToken)
-	case 1:
-	default:
-		return 0, fmt.Errorf("%d %s headers, send one: %w", len(vals), HeaderToken, fencelock.ErrInvalidToken)
-	}
-	tok, err := fencelock.ParseToken(strings.TrimSpace(vals[0]))
-	if err != nil {
-		return 0, fmt.Errorf("%s header: %w", HeaderToken, err)
-	}
-	return tok, nil
 }
 
 func validateIdempotencyKey(k string) error {
@@ -208,9 +194,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, key string) {
 	h := w.Header()
 	h.Set("ETag", rec.ETag)
 	if rec.Token != 0 { // only an unfenced store stores tokenless writes
-		h.Set(HeaderToken, rec.Token.String())
+		h.Set(httpfence.HeaderToken, rec.Token.String())
 	}
-	h.Set(HeaderDomain, rec.Domain)
+	h.Set(httpfence.HeaderDomain, rec.Domain)
 	h.Set("Last-Modified", rec.Modified.Format(http.TimeFormat))
 	if inm := strings.TrimSpace(r.Header.Get("If-None-Match")); inm != "" && etagMatches(inm, rec.ETag) {
 		w.WriteHeader(http.StatusNotModified)
