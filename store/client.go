@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -263,9 +262,6 @@ func (c *Client) Highest(ctx context.Context, domain string) (fencelock.Token, e
 		return 0, fmt.Errorf("read highest token of %q: %w: %w", domain, fencelock.ErrInvalidArgument, err)
 	}
 	resp, err := c.do(req)
-	if se := (*httpfence.Error)(nil); errors.As(err, &se) && se.Code == fencelock.CodeNotFound {
-		return 0, nil
-	}
 	if err != nil {
 		return 0, fmt.Errorf("read highest token of %q: %w", domain, err)
 	}

@@ -38,7 +38,7 @@
 //	GET    /v1/objects/{key...}   read the body             200, 404
 //	DELETE /v1/objects/{key...}   delete                    204, 404
 //	POST   /v1/fences/{domain...} raise the domain's bar    200 + JSON FenceInfo
-//	GET    /v1/fences/{domain...} read the highest token    200 + JSON FenceInfo, 404
+//	GET    /v1/fences/{domain...} read the highest token    200 + JSON FenceInfo (0: none yet)
 //	GET    /metrics               Prometheus metrics
 //	GET    /healthz               200 once the store serves
 //

@@ -28,6 +28,7 @@ Service:
   status     show the cluster: members, leader, term, each node's indexes and health
   members    list, add or remove voters; transfer leadership
   verify     prove fencing under faults: Jepsen-style scenarios, histories, checkers
+  conformance  check an HTTP service's fencing against the cases every resource passes
   version    print the version and the revision it was built from
 
 Locks:
@@ -73,6 +74,7 @@ var commands = map[string]command{
 	"members":     runMembers,
 	"status":      runStatus,
 	"verify":      runVerify,
+	"conformance": runConformance,
 	"version":     runVersion,
 }
 
