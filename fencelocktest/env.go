@@ -2,7 +2,6 @@ package fencelocktest
 
 import (
 	"os"
-	"strings"
 	"testing"
 )
 
@@ -14,6 +13,9 @@ const (
 	EnvPostgresDSN = "FENCELOCK_TEST_POSTGRES_DSN"
 	// EnvRedisAddr holds a Redis address, e.g. 127.0.0.1:16379.
 	EnvRedisAddr = "FENCELOCK_TEST_REDIS_ADDR"
+	// EnvMySQLDSN holds a MySQL or MariaDB data source name for
+	// github.com/go-sql-driver/mysql, e.g. root@tcp(127.0.0.1:13306)/.
+	EnvMySQLDSN = "FENCELOCK_TEST_MYSQL_DSN"
 	// EnvS3Endpoint holds the URL of an S3-compatible server, e.g.
 	// http://127.0.0.1:17070; its keys are in AWS_ACCESS_KEY_ID and
 	// AWS_SECRET_ACCESS_KEY.
@@ -28,7 +30,7 @@ const (
 // a message saying how to start one, or fails tb if CI is set.
 func PostgresDSN(tb testing.TB) string {
 	tb.Helper()
-	return fromEnv(tb, EnvPostgresDSN, "PostgreSQL")
+	return fromEnv(tb, EnvPostgresDSN, "a PostgreSQL server")
 }
 
 // RedisAddr returns the address of the Redis server tests may use (from
@@ -36,7 +38,15 @@ func PostgresDSN(tb testing.TB) string {
 // saying how to start one, or fails tb if CI is set.
 func RedisAddr(tb testing.TB) string {
 	tb.Helper()
-	return fromEnv(tb, EnvRedisAddr, "Redis")
+	return fromEnv(tb, EnvRedisAddr, "a Redis server")
+}
+
+// MySQLDSN returns the data source name of the MySQL or MariaDB server
+// tests may use (from FENCELOCK_TEST_MYSQL_DSN). When it is unset, it skips
+// tb with a message saying how to start one, or fails tb if CI is set.
+func MySQLDSN(tb testing.TB) string {
+	tb.Helper()
+	return fromEnv(tb, EnvMySQLDSN, "a MySQL or MariaDB server")
 }
 
 // S3Endpoint returns the URL of the S3-compatible server tests may use
@@ -44,7 +54,7 @@ func RedisAddr(tb testing.TB) string {
 // message saying how to start one, or fails tb if CI is set.
 func S3Endpoint(tb testing.TB) string {
 	tb.Helper()
-	return fromEnv(tb, EnvS3Endpoint, "S3-compatible")
+	return fromEnv(tb, EnvS3Endpoint, "an S3-compatible server")
 }
 
 func fromEnv(tb testing.TB, name, server string) string {
@@ -52,7 +62,7 @@ func fromEnv(tb testing.TB, name, server string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
 	}
-	msg := "this test needs " + article(server) + " " + server + " server and " + name + " is not set. " +
+	msg := "this test needs " + server + " and " + name + " is not set. " +
 		"Start throwaway servers with:\n\tdir=$(mktemp -d); eval \"$(bash scripts/services.sh up \"$dir\")\"\n" +
 		"then run the tests again, and stop them with: bash scripts/services.sh down \"$dir\""
 	if os.Getenv(EnvCI) != "" {
@@ -63,9 +73,3 @@ func fromEnv(tb testing.TB, name, server string) string {
 	return ""
 }
 
-func article(word string) string {
-	if strings.ContainsRune("AEIOUS", rune(word[0])) { // S: "an S3"
-		return "an"
-	}
-	return "a"
-}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# services.sh starts and stops the throwaway PostgreSQL, Redis and S3-compatible
-# (versitygw) servers that fencelock's adapter tests run against.
+# services.sh starts and stops the throwaway PostgreSQL, Redis, MariaDB and
+# S3-compatible (versitygw) servers that fencelock's adapter tests run against.
 #
 #   bash scripts/services.sh up [DIR]   install (if missing) and start the servers
 #                                       with their data under DIR (default: a new
@@ -14,13 +14,14 @@
 #   bash scripts/services.sh down "$dir"
 #
 # The servers listen on 127.0.0.1 only, on non-default ports below Linux's
-# ephemeral range (PostgreSQL from 15432, Redis from 16379, S3 from 17070; the
-# next free port is taken if one is busy; override the start with
-# FENCELOCK_PG_PORT / FENCELOCK_REDIS_PORT / FENCELOCK_S3_PORT). Missing binaries
-# are installed with apt-get (Debian's postgresql and redis-server packages),
-# which needs root; versitygw (Apache-2.0, posix backend) is built once with
+# ephemeral range (PostgreSQL from 15432, Redis from 16379, MariaDB from 13306,
+# S3 from 17070; the next free port is taken if one is busy; override the start
+# with FENCELOCK_PG_PORT / FENCELOCK_REDIS_PORT / FENCELOCK_MYSQL_PORT /
+# FENCELOCK_S3_PORT). Missing binaries are installed with apt-get (Debian's
+# postgresql, redis-server and mariadb-server packages), which needs root; versitygw (Apache-2.0, posix backend) is built once with
 # `go install` from the Go module proxy into FENCELOCK_TOOLS_DIR (default
-# ~/.cache/fencelock). As root, PostgreSQL runs as the `postgres` OS user.
+# ~/.cache/fencelock). As root, PostgreSQL runs as the `postgres` OS user and
+# MariaDB as `mysql`; MariaDB skips its grant tables (any user, no password).
 # Progress goes to stderr; stdout carries only the export lines.
 set -euo pipefail
 
@@ -48,6 +49,7 @@ install_missing() {
 	local pkgs=()
 	[ -n "$(pg_bindir)" ] || pkgs+=(postgresql)
 	command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
+	[ -x /usr/sbin/mariadbd ] || pkgs+=(mariadb-server)
 	[ ${#pkgs[@]} -eq 0 ] && return 0
 	[ "$(id -u)" -eq 0 ] || die "${pkgs[*]} not installed and not running as root; install them with: sudo apt-get install -y ${pkgs[*]}"
 	log "installing ${pkgs[*]} with apt-get"
@@ -56,6 +58,7 @@ install_missing() {
 	apt-get install -y -q --no-install-recommends "${pkgs[@]}"
 	[ -n "$(pg_bindir)" ] || die "postgresql installed, but no initdb under /usr/lib/postgresql/*/bin"
 	command -v redis-server >/dev/null 2>&1 || die "redis-server installed, but not on PATH"
+	[ -x /usr/sbin/mariadbd ] || die "mariadb-server installed, but no /usr/sbin/mariadbd"
 }
 
 port_busy() { (exec 4<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -89,6 +92,32 @@ redis_ping() {
 	read -r -t 2 reply <&5 || true
 	exec 5<&-
 	[ "${reply%$'\r'}" = +PONG ]
+}
+
+start_mariadb() {
+	local dir=$1 port user=()
+	if [ "$(id -u)" -eq 0 ]; then
+		id mysql >/dev/null 2>&1 || die "OS user mysql does not exist (Debian's mariadb-server package creates it)"
+		chown mysql: "$dir/mysql"
+		user=(--user=mysql)
+	fi
+	log "initializing MariaDB in $dir/mysql/data"
+	mariadb-install-db --no-defaults "${user[@]}" --datadir="$dir/mysql/data" --skip-test-db \
+		--auth-root-authentication-method=normal >"$dir/mysql/install.log" 2>&1 3>&- ||
+		die "mariadb-install-db failed, see $dir/mysql/install.log"
+	port=$(free_port "${FENCELOCK_MYSQL_PORT:-13306}")
+	log "starting MariaDB on 127.0.0.1:$port"
+	/usr/sbin/mariadbd --no-defaults "${user[@]}" --datadir="$dir/mysql/data" --port="$port" \
+		--bind-address=127.0.0.1 --socket="$dir/mysql/sock" --pid-file="$dir/mysql/mariadb.pid" \
+		--skip-grant-tables --innodb-flush-log-at-trx-commit=2 --log-error="$dir/mysql/error.log" \
+		>/dev/null 2>&1 3>&- &
+	printf 'MYSQL_PORT=%q\nMYSQL_PID=%q\n' "$port" "$!" >>"$dir/services.env"
+	local i
+	for i in $(seq 1 200); do
+		port_busy "$port" && return 0
+		sleep 0.1
+	done
+	die "MariaDB does not accept connections on 127.0.0.1:$port, see $dir/mysql/error.log"
 }
 
 VERSITYGW_VERSION=v1.8.0
@@ -132,6 +161,7 @@ print_exports() {
 	. "$1/services.env"
 	printf "export FENCELOCK_TEST_POSTGRES_DSN='postgres://postgres@127.0.0.1:%s/postgres?sslmode=disable'\n" "$PG_PORT" >&3
 	printf "export FENCELOCK_TEST_REDIS_ADDR='127.0.0.1:%s'\n" "$REDIS_PORT" >&3
+	printf "export FENCELOCK_TEST_MYSQL_DSN='root@tcp(127.0.0.1:%s)/'\n" "$MYSQL_PORT" >&3
 	printf "export FENCELOCK_TEST_S3_ENDPOINT='http://127.0.0.1:%s'\n" "$S3_PORT" >&3
 	printf "export AWS_ACCESS_KEY_ID='%s' AWS_SECRET_ACCESS_KEY='%s' AWS_REGION=us-east-1\n" "$S3_ACCESS_KEY" "$S3_SECRET_KEY" >&3
 	printf "export FENCELOCK_SERVICES_DIR='%s'\n" "$1" >&3
@@ -202,14 +232,15 @@ up() {
 	fi
 	install_missing
 	chmod 755 "$dir"
-	mkdir -p "$dir/pg" "$dir/redis" "$dir/s3/root"
+	mkdir -p "$dir/pg" "$dir/redis" "$dir/mysql" "$dir/s3/root"
 	: >"$dir/services.env"
 	trap 'log "start failed; stopping what was started"; down "$dir" || true' EXIT
 	start_postgres "$dir"
 	start_redis "$dir"
+	start_mariadb "$dir"
 	start_s3 "$dir"
 	trap - EXIT
-	log "PostgreSQL, Redis and S3 are up; stop them with: bash $0 down $dir"
+	log "PostgreSQL, Redis, MariaDB and S3 are up; stop them with: bash $0 down $dir"
 	print_exports "$dir"
 }
 
@@ -217,7 +248,7 @@ down() {
 	local dir=${1:-}
 	[ -n "$dir" ] || die "down needs the DIR given to (or printed by) up"
 	[ -f "$dir/services.env" ] || die "$dir has no services.env: nothing started there by services.sh"
-	local PG_BINDIR='' PG_PORT='' REDIS_PORT='' REDIS_PID='' S3_PORT='' S3_PID=''
+	local PG_BINDIR='' PG_PORT='' REDIS_PORT='' REDIS_PID='' MYSQL_PORT='' MYSQL_PID='' S3_PORT='' S3_PID=''
 	# shellcheck disable=SC1091
 	. "$dir/services.env"
 	if [ -z "$REDIS_PID" ] && [ -n "$REDIS_PORT" ] && [ -s "$dir/redis/redis.pid" ]; then
@@ -234,6 +265,16 @@ down() {
 		local i
 		for i in $(seq 1 100); do
 			kill -0 "$REDIS_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+	fi
+	if [ -n "$MYSQL_PID" ] && kill -0 "$MYSQL_PID" 2>/dev/null &&
+		grep -q mariadbd "/proc/$MYSQL_PID/cmdline" 2>/dev/null; then
+		log "stopping MariaDB on port $MYSQL_PORT (pid $MYSQL_PID)"
+		kill "$MYSQL_PID"
+		local j
+		for j in $(seq 1 100); do
+			kill -0 "$MYSQL_PID" 2>/dev/null || break
 			sleep 0.1
 		done
 	fi
