@@ -72,4 +72,3 @@ func fromEnv(tb testing.TB, name, server string) string {
 	tb.Skip("skipping: " + msg)
 	return ""
 }
-
