@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -19,20 +18,7 @@ import (
 
 // testBucket creates a bucket of the test's own on the test server and
 // returns its URL for Open.
-func testBucket(tb testing.TB) string {
-	tb.Helper()
-	ep := fencelocktest.S3Endpoint(tb)
-	name := fmt.Sprintf("fencelock-test-%x", rand.Uint64())
-	spec := "s3://" + name + "/fenced?endpoint=" + ep
-	b, err := Open(tb.Context(), spec)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := b.api.CreateBucket(tb.Context(), &awss3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
-		tb.Fatalf("create bucket %s at %s: %v", name, ep, err)
-	}
-	return spec
-}
+func testBucket(tb testing.TB) string { return fencelocktest.S3Bucket(tb, "fenced") }
 
 func openBucket(tb testing.TB, spec string) *Bucket {
 	tb.Helper()

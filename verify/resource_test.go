@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
@@ -74,23 +71,6 @@ func redisResource(t *testing.T, seed uint64) string {
 	return "redis://" + addr
 }
 
-// s3Resource creates a bucket of the test's own on the test server and
-// returns its URL.
-func s3Resource(t *testing.T) string {
-	t.Helper()
-	ep := fencelocktest.S3Endpoint(t)
-	cfg, err := awsconfig.LoadDefaultConfig(t.Context(), awsconfig.WithRegion("us-east-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := awss3.NewFromConfig(cfg, func(o *awss3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(ep), true })
-	name := fmt.Sprintf("fencelock-verify-%x", rand.Uint64())
-	if _, err := api.CreateBucket(t.Context(), &awss3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
-		t.Fatalf("create bucket %s at %s: %v", name, ep, err)
-	}
-	return "s3://" + name + "/verify?endpoint=" + ep
-}
-
 // TestResources runs the zombie client (scenario 4) and the negative
 // control against PostgreSQL, Redis and S3 instead of the object store: the
 // zombie's stale writes must be refused by their fences,
@@ -105,7 +85,7 @@ func TestResources(t *testing.T) {
 	}{
 		{"postgres", postgresResource},
 		{"redis", func(t *testing.T) string { return redisResource(t, seed) }},
-		{"s3", s3Resource},
+		{"s3", func(t *testing.T) string { return fencelocktest.S3Bucket(t, "verify") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := verify.DefaultConfig()

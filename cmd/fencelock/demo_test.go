@@ -4,15 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/internal/testproc"
@@ -95,20 +89,11 @@ func TestDemo_FencingStopsThePausedWriterAndItsAbsenceCorrupts(t *testing.T) {
 
 // TestDemo_S3: the fenced act against an S3 bucket.
 func TestDemo_S3(t *testing.T) {
-	ep := fencelocktest.S3Endpoint(t)
-	cfg, err := awsconfig.LoadDefaultConfig(t.Context(), awsconfig.WithRegion("us-east-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := awss3.NewFromConfig(cfg, func(o *awss3.Options) { o.BaseEndpoint, o.UsePathStyle = aws.String(ep), true })
-	bucket := fmt.Sprintf("fencelock-demo-%x", rand.Uint64())
-	if _, err := api.CreateBucket(t.Context(), &awss3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
-		t.Fatalf("create bucket at %s: %v", ep, err)
-	}
+	bucket := fencelocktest.S3Bucket(t, "reports")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, code := testproc.Run(ctx, t, nil, "demo", "--json", "--acts", "fenced", "--ttl", "1s", "--pause", "2s",
-		"--s3", "s3://"+bucket+"/reports?endpoint="+ep)
+		"--s3", bucket)
 	if code != 0 {
 		t.Fatalf("demo --s3 exited %d:\n%s", code, out)
 	}
