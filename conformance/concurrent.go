@@ -34,6 +34,34 @@ func tokenOf(tb T, value []byte) fencelock.Token {
 	return fencelock.Token(v)
 }
 
+// watch reads key until done is closed and fails t if its value's token
+// ever goes down.
+func watch(t T, target Target, key string, done <-chan struct{}) {
+	defer recoverTo(t)
+	var last fencelock.Token
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		v, _, err := target.Resource.Get(t.Context(), key)
+		if errors.Is(err, fencelock.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Errorf("reader: Get(%q) returned error %v", key, err)
+			return
+		}
+		tok := tokenOf(t, v)
+		if tok < last {
+			t.Errorf("reader saw %q hold token %d after token %d: an older token overwrote a newer one", key, tok, last)
+			return
+		}
+		last = tok
+	}
+}
+
 // testConcurrent runs 50 writers over two domains (one key each) while one
 // reader per key watches the stored value. The accepted tokens of a domain
 // must form a non-decreasing sequence: no reader may see the value's token go
@@ -50,32 +78,8 @@ func testConcurrent(t T, target Target) {
 	done := make(chan struct{})
 
 	var readers sync.WaitGroup
-	for i := range keys {
-		readers.Go(func() {
-			defer recoverTo(t)
-			var last fencelock.Token
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				v, _, err := target.Resource.Get(ctx, keys[i])
-				if errors.Is(err, fencelock.ErrNotFound) {
-					continue
-				}
-				if err != nil {
-					t.Errorf("reader: Get(%q) returned error %v", keys[i], err)
-					return
-				}
-				if tok := tokenOf(t, v); tok < last {
-					t.Errorf("reader saw %q hold token %d after token %d: an older token overwrote a newer one", keys[i], tok, last)
-					return
-				} else {
-					last = tok
-				}
-			}
-		})
+	for _, k := range keys {
+		readers.Go(func() { watch(t, target, k, done) })
 	}
 
 	var writers sync.WaitGroup

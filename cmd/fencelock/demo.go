@@ -50,12 +50,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *color != "auto" && *color != "always" && *color != "never" {
 		return usageErr("demo: --color %q: want auto, always or never", *color)
 	}
-	var runActs []string
-	for _, a := range strings.Split(*acts, ",") {
-		if a = strings.TrimSpace(a); a != "fenced" && a != "unfenced" {
-			return usageErr("demo: unknown act %q: want fenced and/or unfenced", a)
-		}
-		runActs = append(runActs, strings.TrimSpace(a))
+	runActs, err := parseActs(*acts)
+	if err != nil {
+		return err
 	}
 	out := newTimeline(stdout, *asJSON, wantColor(*color, stdout))
 
@@ -83,13 +80,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if act == "fenced" {
 			res.s3 = bucket
 		}
-		intact, err := runAct(ctx, out, act, i+1, res, lockAddr, *ttl, *pause)
+		ok, err := playAct(ctx, out, act, i+1, res, lockAddr, *ttl, *pause)
 		if err != nil {
-			return fmt.Errorf("demo act %q: %w", act, err)
+			return err
 		}
-		if act == "fenced" && !intact || act == "unfenced" && intact {
-			failed = true
-		}
+		failed = failed || !ok
 	}
 	if *pgDSN != "" {
 		ok, err := runPaymentAct(ctx, out, len(runActs)+1, *pgDSN, lockAddr, *ttl, *pause)
@@ -200,6 +195,28 @@ func (r report) open(ctx context.Context, act string) (where place, stop func(),
 	sctx, stopStore := context.WithCancel(ctx)
 	go st.Serve(sctx, ln)
 	return place{"--store", "http://" + ln.Addr().String()}, func() { stopStore(); st.Close() }, nil
+}
+
+// parseActs reads --acts.
+func parseActs(acts string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(acts, ",") {
+		if a = strings.TrimSpace(a); a != "fenced" && a != "unfenced" {
+			return nil, usageErr("demo: unknown act %q: want fenced and/or unfenced", a)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// playAct runs one act and reports whether it ended as it must: the report
+// intact with fencing, corrupted without.
+func playAct(ctx context.Context, out *timeline, act string, n int, res report, lockAddr string, ttl, pause time.Duration) (bool, error) {
+	intact, err := runAct(ctx, out, act, n, res, lockAddr, ttl, pause)
+	if err != nil {
+		return false, fmt.Errorf("demo act %q: %w", act, err)
+	}
+	return intact == (act == "fenced"), nil
 }
 
 // runAct plays the scenario once and reports whether report.pdf ended as
