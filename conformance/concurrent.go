@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/fencelock/fencelock"
 )
@@ -45,6 +46,7 @@ func watch(t T, target Target, key string, done <-chan struct{}) {
 			return
 		default:
 		}
+		time.Sleep(time.Millisecond) // a remote resource is paid per request
 		v, _, err := target.Resource.Get(t.Context(), key)
 		if errors.Is(err, fencelock.ErrNotFound) {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fencelock/fencelock"
 )
@@ -18,8 +19,8 @@ type Memory struct {
 }
 
 type memoryDomain struct {
-	mu      sync.Mutex // held while a write of the domain runs
-	highest fencelock.Token
+	turn    chan struct{} // holds a value while a write of the domain runs
+	highest atomic.Uint64 // written only during a turn
 }
 
 // NewMemory returns an empty in-memory fence.
@@ -33,7 +34,7 @@ func (m *Memory) domain(name string) *memoryDomain {
 	}
 	d, ok := m.domains[name]
 	if !ok {
-		d = &memoryDomain{}
+		d = &memoryDomain{turn: make(chan struct{}, 1)}
 		m.domains[name] = d
 	}
 	return d
@@ -44,18 +45,26 @@ func (m *Memory) domain(name string) *memoryDomain {
 // run one at a time, so no lower token can be admitted while write runs;
 // write must not call back into m for the same domain. Do returns Admit's
 // error without running write, write's error unchanged (the highest token is
-// then left as it was), or ctx's error if ctx is done before write starts.
+// then left as it was), or ctx's error if ctx ends before write's turn.
+// Every domain named with a token stays in memory while m lives.
 func (m *Memory) Do(ctx context.Context, domain string, token fencelock.Token, write func(ctx context.Context) error) error {
 	if err := ValidateDomain(domain); err != nil {
 		return fmt.Errorf("fence write: %w", err)
 	}
+	if token == 0 {
+		return Refused("memory", Admit(domain, 0, 0))
+	}
 	d := m.domain(domain)
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	select {
+	case d.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("fence write: wait for the domain: %w", ctx.Err())
+	}
+	defer func() { <-d.turn }()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("fence write: %w", err)
 	}
-	if err := Admit(domain, d.highest, token); err != nil {
+	if err := Admit(domain, fencelock.Token(d.highest.Load()), token); err != nil {
 		return Refused("memory", err)
 	}
 	if write != nil {
@@ -63,7 +72,7 @@ func (m *Memory) Do(ctx context.Context, domain string, token fencelock.Token, w
 			return err
 		}
 	}
-	d.highest = token
+	d.highest.Store(uint64(token))
 	return nil
 }
 
@@ -87,7 +96,5 @@ func (m *Memory) Highest(ctx context.Context, domain string) (fencelock.Token, e
 	if !ok {
 		return 0, nil
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.highest, nil
+	return fencelock.Token(d.highest.Load()), nil
 }

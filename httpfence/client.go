@@ -17,8 +17,8 @@ import (
 
 var _ fence.Resource = (*Client)(nil)
 
-// DefaultMaxBody is the largest value a Client reads, in bytes.
-const DefaultMaxBody = 64 << 20
+// MaxValueLen is the largest value a Client reads, in bytes.
+const MaxValueLen = 64 << 20
 
 // Client is a fence.Resource over the contract: Put is PUT {base}/{key}
 // with Fencing-Token and Fencing-Domain, Get is GET {base}/{key} (404: not
@@ -40,7 +40,8 @@ func WithFences(base string) ClientOption {
 	return func(c *Client) { c.fences = strings.TrimSuffix(base, "/") }
 }
 
-// WithClient sets the HTTP client (http.DefaultClient by default).
+// WithClient sets the HTTP client (http.DefaultClient by default). The
+// Client never follows redirects: a redirected write did not happen.
 func WithClient(hc *http.Client) ClientOption { return func(c *Client) { c.hc = hc } }
 
 // NewClient returns a Client of the resource whose values live under base.
@@ -52,6 +53,9 @@ func NewClient(base string, opts ...ClientOption) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	hc := *c.hc
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
 	return c, nil
 }
 
@@ -64,9 +68,9 @@ func escapePath(p string) string {
 	return strings.Join(segs, "/")
 }
 
-// do sends req and returns the answer's body (at most DefaultMaxBody) if
-// it is 2xx, and the error it stands for otherwise.
-func (c *Client) do(req *http.Request) ([]byte, error) {
+// do sends req and returns the answer's body (at most limit bytes) if it
+// is 2xx, and the error it stands for otherwise (a redirect is one).
+func (c *Client) do(req *http.Request, limit int64) ([]byte, error) {
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w: %w", req.Method, req.URL.Redacted(), fencelock.ErrUnavailable, err)
@@ -75,9 +79,9 @@ func (c *Client) do(req *http.Request) ([]byte, error) {
 	if err := ResponseError(resp); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Redacted(), err)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, DefaultMaxBody+1))
-	if err == nil && len(body) > DefaultMaxBody {
-		err = fmt.Errorf("answer over %d bytes: %w", DefaultMaxBody, fencelock.ErrTooLarge)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err == nil && int64(len(body)) > limit {
+		err = fmt.Errorf("answer over %d bytes: %w", limit, fencelock.ErrTooLarge)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Redacted(), err)
@@ -94,8 +98,11 @@ func (c *Client) write(ctx context.Context, method, url, domain string, token fe
 		req.Header.Set(HeaderToken, token.String())
 	}
 	req.Header.Set(HeaderDomain, domain)
-	return c.do(req)
+	return c.do(req, maxWriteAnswer)
 }
+
+// maxWriteAnswer bounds the answer to a write a Client reads.
+const maxWriteAnswer = 64 << 10
 
 // Put writes value to {base}/{key}, fenced by token in domain.
 func (c *Client) Put(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) (int64, error) {
@@ -109,7 +116,7 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, int64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("%w: %w", fencelock.ErrInvalidArgument, err)
 	}
-	body, err := c.do(req)
+	body, err := c.do(req, MaxValueLen)
 	return body, 0, err
 }
 
@@ -133,7 +140,7 @@ func (c *Client) Highest(ctx context.Context, domain string) (fencelock.Token, e
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", fencelock.ErrInvalidArgument, err)
 	}
-	body, err := c.do(req)
+	body, err := c.do(req, maxWriteAnswer)
 	if err != nil {
 		return 0, err
 	}

@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"strings"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
@@ -35,17 +35,33 @@ func FromContext(ctx context.Context) (Write, bool) {
 	return w, ok
 }
 
-// DefaultMaxResponse is the largest answer a Handler holds back, in bytes.
-const DefaultMaxResponse = 1 << 20
+// Limits of a Handler, by default.
+const (
+	// DefaultMaxResponse is the largest answer a Handler holds back, in
+	// bytes.
+	DefaultMaxResponse = 1 << 20
+	// DefaultMaxBody is the largest write body a Handler reads, in bytes.
+	DefaultMaxBody = 16 << 20
+)
 
 // Option configures a Handler.
 type Option func(*handler)
 
-// WithDomain sets the fence domain of a write that names none in a
-// Fencing-Domain header. The default is the request's path without its
-// leading slash.
+// WithDomain makes the service name each write's fence domain (say, the
+// lock name of the invoice a path names) instead of its clients: a
+// Fencing-Domain header is then optional, and refused (400) if it names
+// another domain. Without it, every write must name its domain in the
+// header: all holders of a lock must send the same one (the lock's name,
+// as Transport.Domain), or a write naming a domain nobody raised passes.
 func WithDomain(domain func(r *http.Request) string) Option {
 	return func(h *handler) { h.domain = domain }
+}
+
+// WithMaxBody sets the largest write body (DefaultMaxBody by default). The
+// body is read before the guard runs, so a slow client does not hold the
+// domain's lock; a larger one is answered 413.
+func WithMaxBody(n int64) Option {
+	return func(h *handler) { h.maxBody = n }
 }
 
 // WithMaxResponse sets the largest answer a write's handler may give
@@ -57,33 +73,34 @@ func WithMaxResponse(n int) Option {
 type handler struct {
 	guard       Guard
 	next        http.Handler
-	domain      func(r *http.Request) string
+	domain      func(r *http.Request) string // nil: the client names it
 	maxResponse int
+	maxBody     int64
 }
 
 // Handler makes next a fenced resource. Requests other than GET, HEAD and
 // OPTIONS are writes: each must carry a Fencing-Token (428 without one, 400
-// if malformed) and may name its Fencing-Domain. Handler then runs next
-// inside guard.Do, with the Write in the request's context (FromContext):
-// the token check and next's effect commit together, and a stale token is
+// if malformed) and its Fencing-Domain (400 without one, unless
+// WithDomain). Handler reads the body (WithMaxBody), then runs next inside
+// guard.Do, with the Write in the request's context (FromContext): the
+// token check and next's effect commit together, and a stale token is
 // answered 409 with the contract's JSON body while next's effect rolls
 // back. next's answer is held back until the guard has committed; an
-// answer of 400 or more also rolls back, and goes out as next gave it.
+// answer other than 2xx also rolls back, and goes out as next gave it.
 //
 // With a nil guard, Handler only checks the headers and puts the Write in
 // the context: next then writes through a fence adapter itself (e.g.
 // redis.Fence.Set with the Write's domain and token) and answers its
 // errors with WriteError.
 func Handler(guard Guard, next http.Handler, opts ...Option) http.Handler {
-	h := &handler{guard: guard, next: next, maxResponse: DefaultMaxResponse,
-		domain: func(r *http.Request) string { return strings.TrimPrefix(r.URL.Path, "/") }}
+	h := &handler{guard: guard, next: next, maxResponse: DefaultMaxResponse, maxBody: DefaultMaxBody}
 	for _, o := range opts {
 		o(h)
 	}
 	return h
 }
 
-// errHandlerRefused: next answered 400 or more.
+// errHandlerRefused: next answered other than 2xx.
 var errHandlerRefused = errors.New("the handler refused the write")
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -94,6 +111,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	wr, err := h.parse(r)
 	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	if err := h.readBody(w, r); err != nil {
 		WriteError(w, err)
 		return
 	}
@@ -108,7 +129,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case held.overflow:
 			return fmt.Errorf("the handler's answer is over %d bytes: %w", h.maxResponse, fencelock.ErrTooLarge)
-		case held.status() >= 400:
+		case held.status() < 200 || held.status() > 299:
 			return errHandlerRefused
 		}
 		return nil
@@ -129,13 +150,36 @@ func (h *handler) parse(r *http.Request) (Write, error) {
 	if err != nil {
 		return Write{}, err
 	}
-	if !ok {
+	switch {
+	case h.domain != nil && ok && domain != h.domain(r):
+		return Write{}, fmt.Errorf("%s %q: this write's domain is %q: %w", HeaderDomain, domain, h.domain(r), fencelock.ErrInvalidArgument)
+	case h.domain != nil:
 		domain = h.domain(r)
+	case !ok:
+		return Write{}, fmt.Errorf("the write has no %s header; send the lock's name: %w", HeaderDomain, fencelock.ErrInvalidName)
 	}
 	if err := fence.ValidateDomain(domain); err != nil {
 		return Write{}, err
 	}
 	return Write{Domain: domain, Token: tok}, nil
+}
+
+// readBody replaces r's body with its content, read in full up to the
+// limit.
+func (h *handler) readBody(w http.ResponseWriter, r *http.Request) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("the body is over %d bytes: %w", h.maxBody, fencelock.ErrTooLarge)
+	}
+	if err != nil {
+		return fmt.Errorf("read the body: %w: %w", fencelock.ErrInvalidArgument, err)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	return nil
 }
 
 // heldResponse keeps an answer until it may go out.

@@ -112,7 +112,7 @@ func TestHandler_contract(t *testing.T) {
 		{"token 0", map[string]string{"Fencing-Token": "0", "Fencing-Domain": "reports"}, "v", 428, fencelock.ErrMissingToken},
 		{"empty domain", map[string]string{"Fencing-Token": "35", "Fencing-Domain": ""}, "v", 400, fencelock.ErrInvalidName},
 		{"refused by the handler", map[string]string{"Fencing-Token": "40", "Fencing-Domain": "reports"}, "refuse me", 422, nil},
-		{"default domain is the path", map[string]string{"Fencing-Token": "1"}, "v1", 204, nil},
+		{"no domain", map[string]string{"Fencing-Token": "41"}, "v", 400, fencelock.ErrInvalidName},
 	}
 	for _, tt := range tests {
 		resp, err := send(t, http.MethodPut, url, tt.header, tt.body)
@@ -127,9 +127,6 @@ func TestHandler_contract(t *testing.T) {
 	}
 	if h, _ := m.Highest(t.Context(), "reports"); h != 34 {
 		t.Errorf("highest of reports is %d after the handler refused token 40, want 34", h)
-	}
-	if h, _ := m.Highest(t.Context(), "values/report"); h != 1 {
-		t.Errorf("highest of the default domain values/report is %d, want 1", h)
 	}
 	if resp, err := send(t, http.MethodGet, url, nil, ""); err != nil || resp.StatusCode != 200 {
 		t.Errorf("GET answered %d (%v), want 200 without a token", resp.StatusCode, err)
@@ -153,7 +150,7 @@ func TestHandler_answerOverLimit(t *testing.T) {
 	big := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(make([]byte, 100)) })
 	srv := httptest.NewServer(httpfence.Handler(g, big, httpfence.WithMaxResponse(10)))
 	defer srv.Close()
-	resp, err := send(t, http.MethodPost, srv.URL+"/x", map[string]string{"Fencing-Token": "5"}, "")
+	resp, err := send(t, http.MethodPost, srv.URL+"/x", map[string]string{"Fencing-Token": "5", "Fencing-Domain": "x"}, "")
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !errors.Is(err, fencelock.ErrTooLarge) || g.n.Load() != 1 {
 		t.Fatalf("answered %d (%v) after %d guarded writes, want 413 after 1", resp.StatusCode, err, g.n.Load())
 	}
@@ -177,10 +174,62 @@ func TestHandler_nilGuard(t *testing.T) {
 	}))
 	srv := httptest.NewServer(h)
 	defer srv.Close()
-	if _, err := send(t, http.MethodPut, srv.URL+"/d", map[string]string{"Fencing-Token": "9"}, ""); err != nil {
+	if _, err := send(t, http.MethodPut, srv.URL+"/d", map[string]string{"Fencing-Token": "9", "Fencing-Domain": "d"}, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := send(t, http.MethodPut, srv.URL+"/d", map[string]string{"Fencing-Token": "8"}, ""); !errors.Is(err, fencelock.ErrStaleToken) {
+	if _, err := send(t, http.MethodPut, srv.URL+"/d", map[string]string{"Fencing-Token": "8", "Fencing-Domain": "d"}, ""); !errors.Is(err, fencelock.ErrStaleToken) {
 		t.Fatalf("stale write through the adapter answered %v, want stale", err)
+	}
+}
+
+// TestHandler_serviceNamesTheDomain: with WithDomain the service decides;
+// a header naming another domain is refused, so a stale holder cannot pick
+// a domain nobody raised.
+func TestHandler_serviceNamesTheDomain(t *testing.T) {
+	m := fence.NewMemory()
+	byInvoice := httpfence.WithDomain(func(r *http.Request) string { return "invoice:" + strings.TrimPrefix(r.URL.Path, "/invoices/") })
+	srv := httptest.NewServer(httpfence.Handler(m, &values{m: map[string][]byte{}}, byInvoice))
+	defer srv.Close()
+	if _, err := send(t, http.MethodPut, srv.URL+"/invoices/42", map[string]string{"Fencing-Token": "34"}, "v"); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := m.Highest(t.Context(), "invoice:42"); h != 34 {
+		t.Fatalf("highest of invoice:42 = %d, want 34", h)
+	}
+	_, err := send(t, http.MethodPut, srv.URL+"/invoices/42", map[string]string{"Fencing-Token": "33", "Fencing-Domain": "elsewhere"}, "v")
+	if !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("a write naming another domain answered %v, want invalid_argument", err)
+	}
+	_, err = send(t, http.MethodPut, srv.URL+"/invoices/42", map[string]string{"Fencing-Token": "33", "Fencing-Domain": "invoice:42"}, "v")
+	if !errors.Is(err, fencelock.ErrStaleToken) {
+		t.Fatalf("a stale write naming the right domain answered %v, want stale", err)
+	}
+}
+
+// TestHandler_bodyIsReadFirst: the body is read before the guard runs, and
+// one over the limit is refused without reaching it.
+func TestHandler_bodyIsReadFirst(t *testing.T) {
+	g := &countingGuard{}
+	srv := httptest.NewServer(httpfence.Handler(g, &values{m: map[string][]byte{}}, httpfence.WithMaxBody(4)))
+	defer srv.Close()
+	resp, err := send(t, http.MethodPut, srv.URL+"/values/k", map[string]string{"Fencing-Token": "5", "Fencing-Domain": "d"}, "too long")
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !errors.Is(err, fencelock.ErrTooLarge) || g.n.Load() != 0 {
+		t.Fatalf("answered %d (%v) after %d guarded writes, want 413 before the guard", resp.StatusCode, err, g.n.Load())
+	}
+	if _, err := send(t, http.MethodPut, srv.URL+"/values/k", map[string]string{"Fencing-Token": "5", "Fencing-Domain": "d"}, "ok"); err != nil || g.n.Load() != 1 {
+		t.Fatalf("a body within the limit: %v after %d guarded writes", err, g.n.Load())
+	}
+}
+
+// TestClient_redirectIsNoWrite: a write the service redirects (the mux
+// cleaning a path) did not happen, and the Client says so.
+func TestClient_redirectIsNoWrite(t *testing.T) {
+	srv := fencedService(t, fence.NewMemory())
+	c, err := httpfence.NewClient(srv.URL + "/values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(t.Context(), "d", 5, "a//b", []byte("v")); err == nil {
+		t.Fatal("Put of a key the mux redirects returned nil, want an error")
 	}
 }

@@ -21,9 +21,9 @@
 // For a transaction that writes several rows or tables, one row per fence
 // domain in the fencelock_fences table holds the highest token; Check, first
 // in the transaction, takes that row's lock and raises it, or reports a
-// stale token. Fence.Do runs a function in such a transaction and rolls it
-// back on any error; with the package function Check, roll back yourself:
-// MySQL does not abort a transaction when a statement fails. Table is a
+// stale token, which also rolls the transaction back (MySQL would not abort
+// it). Fence.Do runs a function in such a transaction and rolls it back on
+// any error. Table is a
 // fenced key-value table over the domain fence (a fence.Resource).
 //
 // # Limits

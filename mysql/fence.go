@@ -51,9 +51,10 @@ func CreateFenceTable(ctx context.Context, db Querier) error {
 // pass in between) and raises the domain's highest token to token. It
 // returns a *fencelock.StaleTokenError if the domain has accepted a higher
 // token, an error wrapping fencelock.ErrMissingToken for token 0, and one
-// wrapping fencelock.ErrInvalidName for a malformed domain. On an error,
-// roll tx back: MySQL does not abort the transaction for you (Fence.Do
-// does).
+// wrapping fencelock.ErrInvalidName for a malformed domain. A stale token
+// rolls tx back (MySQL would not abort it): every later statement of tx
+// fails with sql.ErrTxDone, so a caller that ignores the error writes
+// nothing. After another error, roll back yourself (Fence.Do does).
 func Check(ctx context.Context, tx *sql.Tx, domain string, token fencelock.Token) error {
 	return fence.Refused("mysql", check(ctx, tx, domain, token))
 }
@@ -72,7 +73,11 @@ func check(ctx context.Context, tx *sql.Tx, domain string, token fencelock.Token
 	if err := tx.QueryRowContext(ctx, checkSQL, domain).Scan(&stored); err != nil {
 		return fmt.Errorf("fence check of %q: %w", domain, err)
 	}
-	return fence.Admit(domain, fencelock.Token(stored), token)
+	if err := fence.Admit(domain, fencelock.Token(stored), token); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return nil
 }
 
 // Highest returns the highest token domain has accepted, or 0.

@@ -181,3 +181,31 @@ func TestDo_staleRollsBack(t *testing.T) {
 		t.Fatalf("notes has %d rows (%v), want 1", n, err)
 	}
 }
+
+// TestCheck_staleEndsTheTransaction: a caller that ignores a stale Check
+// cannot write in its transaction.
+func TestCheck_staleEndsTheTransaction(t *testing.T) {
+	db := testDB(t)(t)
+	if err := mysql.CreateFenceTable(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, db, "CREATE TABLE notes (n INT) ENGINE=InnoDB")
+	if err := mysql.New(db).Check(t.Context(), "d", 10); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.BeginTx(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mysql.Check(t.Context(), tx, "d", 9); !errors.Is(err, fencelock.ErrStaleToken) {
+		t.Fatalf("stale Check = %v", err)
+	}
+	if _, err := tx.ExecContext(t.Context(), "INSERT INTO notes VALUES (1)"); !errors.Is(err, sql.ErrTxDone) {
+		t.Fatalf("a write after a stale Check returned %v, want sql.ErrTxDone", err)
+	}
+	_ = tx.Commit()
+	var n int
+	if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM notes").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("notes has %d rows (%v), want 0", n, err)
+	}
+}

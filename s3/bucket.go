@@ -18,17 +18,29 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
 )
 
-// MaxKeyLen is the longest key a Bucket takes, in bytes, so that its
-// objects' names stay within S3's 1,024 bytes.
-const MaxKeyLen = 512
-
-// maxManifestBytes bounds the manifest a Bucket reads.
-const maxManifestBytes = 16 << 20
+// Limits of a Bucket.
+const (
+	// MaxKeyLen is the longest key, in bytes, so that its objects' names
+	// stay within S3's 1,024 bytes; with the prefix and escaping, a key
+	// whose object names would not fit is refused too.
+	MaxKeyLen = 512
+	// MaxValueLen is the largest value Put writes and Get reads, in bytes.
+	MaxValueLen = 64 << 20
+	// maxManifestBytes bounds a domain's manifest: a write that would
+	// grow it beyond is refused, so the domain stays readable.
+	maxManifestBytes = 16 << 20
+	// maxCommitAttempts bounds the conditional writes of one commit that
+	// lose to other writers.
+	maxCommitAttempts = 100
+	// maxOwners bounds the cache of keys' domains.
+	maxOwners = 10000
+)
 
 var _ fence.Resource = (*Bucket)(nil)
 
@@ -39,7 +51,8 @@ type Bucket struct {
 	api    *awss3.Client
 	bucket string
 	prefix string
-	owners sync.Map // key → its domain, once read or created (it never changes)
+	mu     sync.Mutex
+	owners map[string]string // key → its domain, once read or created (it never changes)
 
 	beforeWrite func() // tests: runs between reading a manifest and writing it
 }
@@ -80,17 +93,37 @@ func (b *Bucket) dataName(key string, token fencelock.Token) string {
 	return b.prefix + "data/" + url.PathEscape(key) + "/" + strconv.FormatUint(uint64(token), 10) + "-" + hex.EncodeToString(nonce[:])
 }
 
-func validateKey(key string) error {
-	if err := fencelock.ValidateText("key", key, MaxKeyLen); err != nil {
-		return fmt.Errorf("s3 fence: %w", err)
+// validName checks that name (a key or domain, as what) makes object names
+// S3 takes: not "." or ".." (a posix backend would resolve them), and short
+// enough once escaped under the longest of the Bucket's folders.
+func (b *Bucket) validName(what, name string) error {
+	if name == "." || name == ".." {
+		return fmt.Errorf("s3 fence: %s %q: %w", what, name, fencelock.ErrInvalidName)
+	}
+	if n := len(b.prefix) + len("data/") + len(url.PathEscape(name)) + len("/18446744073709551615-0123456789abcdef"); n > 1024 {
+		return fmt.Errorf("s3 fence: %s %q makes object names of %d bytes, S3 takes 1024: %w", what, name, n, fencelock.ErrInvalidName)
 	}
 	return nil
 }
 
+func (b *Bucket) validateKey(key string) error {
+	if err := fencelock.ValidateText("key", key, MaxKeyLen); err != nil {
+		return fmt.Errorf("s3 fence: %w", err)
+	}
+	return b.validName("key", key)
+}
+
+func (b *Bucket) validateDomain(domain string) error {
+	if err := fence.ValidateDomain(domain); err != nil {
+		return fmt.Errorf("s3 fence: %w", err)
+	}
+	return b.validName("domain", domain)
+}
+
 // Check raises domain's highest token to token without writing a value.
 func (b *Bucket) Check(ctx context.Context, domain string, token fencelock.Token) error {
-	if err := fence.ValidateDomain(domain); err != nil {
-		return fmt.Errorf("s3 fence check: %w", err)
+	if err := b.validateDomain(domain); err != nil {
+		return err
 	}
 	_, err := b.commit(ctx, domain, token, nil)
 	return err
@@ -98,8 +131,8 @@ func (b *Bucket) Check(ctx context.Context, domain string, token fencelock.Token
 
 // Highest returns the highest token domain has accepted, or 0.
 func (b *Bucket) Highest(ctx context.Context, domain string) (fencelock.Token, error) {
-	if err := fence.ValidateDomain(domain); err != nil {
-		return 0, fmt.Errorf("s3 fence: read highest token: %w", err)
+	if err := b.validateDomain(domain); err != nil {
+		return 0, err
 	}
 	m, _, err := b.readManifest(ctx, domain)
 	return m.Token, err
@@ -108,14 +141,18 @@ func (b *Bucket) Highest(ctx context.Context, domain string) (fencelock.Token, e
 // Put stores value under key, fenced by token in domain. It writes the value
 // to a data object of its own, then commits it to the domain's manifest
 // with a conditional write; a refused or failed commit removes the data
-// object again. A key belongs to the domain of its first write: a write in
+// object again. A key belongs to the domain of its first write (attempted,
+// even if refused): a write in
 // another domain fails with an error wrapping fencelock.ErrInvalidArgument.
 func (b *Bucket) Put(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) (int64, error) {
-	if err := fence.ValidateDomain(domain); err != nil {
-		return 0, fmt.Errorf("s3 fenced put: %w", err)
-	}
-	if err := validateKey(key); err != nil {
+	if err := b.validateDomain(domain); err != nil {
 		return 0, err
+	}
+	if err := b.validateKey(key); err != nil {
+		return 0, err
+	}
+	if len(value) > MaxValueLen {
+		return 0, fmt.Errorf("s3 fenced put of %q: %d bytes, the limit is %d: %w", key, len(value), MaxValueLen, fencelock.ErrTooLarge)
 	}
 	if token == 0 {
 		return 0, fence.Refused("s3", fence.Admit(domain, 0, token))
@@ -124,7 +161,7 @@ func (b *Bucket) Put(ctx context.Context, domain string, token fencelock.Token, 
 		return 0, err
 	}
 	data := b.dataName(key, token)
-	if err := b.putObject(ctx, data, value, "", "*"); err != nil {
+	if err := b.putObject(ctx, data, value, "", ""); err != nil { // a name of its own: no condition
 		return 0, fmt.Errorf("s3 fenced put of %q: write data: %w", key, err)
 	}
 	var old string
@@ -132,9 +169,9 @@ func (b *Bucket) Put(ctx context.Context, domain string, token fencelock.Token, 
 		old = m.Keys[key].Data
 		m.Keys[key] = entry{Data: data, Version: m.Seq}
 	})
-	// A commit of ours may have landed before an error (an SDK retry of
-	// a write that had been applied): data goes only if nothing refers
-	// to it. An unknown outcome leaves it, an orphan at worst.
+	// A refused commit did not land (conditional writes are not retried
+	// by the SDK, so a failed condition is never our own earlier write):
+	// its data goes. An unknown outcome leaves it, an orphan at worst.
 	if errors.Is(err, fencelock.ErrStaleToken) && m.Keys[key].Data != data {
 		b.remove(data)
 	}
@@ -149,7 +186,7 @@ func (b *Bucket) Put(ctx context.Context, domain string, token fencelock.Token, 
 
 // Get returns key's value and version.
 func (b *Bucket) Get(ctx context.Context, key string) ([]byte, int64, error) {
-	if err := validateKey(key); err != nil {
+	if err := b.validateKey(key); err != nil {
 		return nil, 0, err
 	}
 	domain, err := b.owner(ctx, key)
@@ -165,7 +202,7 @@ func (b *Bucket) Get(ctx context.Context, key string) ([]byte, int64, error) {
 		if !ok {
 			return nil, 0, fmt.Errorf("s3 get %q: %w", key, fencelock.ErrNotFound)
 		}
-		body, _, err := b.getObject(ctx, e.Data, 0)
+		body, _, err := b.getObject(ctx, e.Data, MaxValueLen)
 		if errors.Is(err, fencelock.ErrNotFound) && attempt < 5 {
 			continue // a newer write replaced it after the manifest was read
 		}
@@ -209,6 +246,9 @@ func (b *Bucket) commit(ctx context.Context, domain string, token fencelock.Toke
 		if !errors.Is(err, errConflict) {
 			return m, err
 		}
+		if attempt+1 == maxCommitAttempts {
+			return m, fmt.Errorf("s3 fence: %d conditional writes of domain %q lost to others: %w", maxCommitAttempts, domain, fencelock.ErrUnavailable)
+		}
 		if err := backoff(ctx, attempt); err != nil {
 			return m, err
 		}
@@ -251,11 +291,14 @@ func (b *Bucket) writeManifest(ctx context.Context, domain string, m manifest, e
 	if err != nil {
 		return fmt.Errorf("write manifest of domain %q: %w", domain, err)
 	}
+	if len(body) > maxManifestBytes {
+		return fmt.Errorf("write manifest of domain %q: %d keys make it over %d bytes: %w", domain, len(m.Keys), maxManifestBytes, fencelock.ErrTooLarge)
+	}
 	ifNoneMatch := ""
 	if etag == "" {
 		ifNoneMatch = "*"
 	}
-	if err := b.putObject(ctx, b.manifestName(domain), body, etag, ifNoneMatch); err != nil {
+	if err := b.putObject(ctx, b.manifestName(domain), body, etag, ifNoneMatch, noRetry); err != nil {
 		return fmt.Errorf("write manifest of domain %q: %w", domain, err)
 	}
 	return nil
@@ -265,12 +308,12 @@ func (b *Bucket) writeManifest(ctx context.Context, domain string, m manifest, e
 func (b *Bucket) claim(ctx context.Context, key, domain string) error {
 	owner, err := b.owner(ctx, key)
 	if errors.Is(err, fencelock.ErrNotFound) {
-		err = b.putObject(ctx, b.ownerName(key), []byte(domain), "", "*")
+		err = b.putObject(ctx, b.ownerName(key), []byte(domain), "", "*", noRetry)
 		if errors.Is(err, errConflict) { // another writer claimed it first
 			owner, err = b.owner(ctx, key)
 		} else if err == nil {
 			owner = domain
-			b.owners.Store(key, domain)
+			b.remember(key, domain)
 		}
 	}
 	if err != nil {
@@ -284,24 +327,42 @@ func (b *Bucket) claim(ctx context.Context, key, domain string) error {
 
 // owner returns the domain key belongs to.
 func (b *Bucket) owner(ctx context.Context, key string) (string, error) {
-	if d, ok := b.owners.Load(key); ok {
-		return d.(string), nil
+	b.mu.Lock()
+	d, ok := b.owners[key]
+	b.mu.Unlock()
+	if ok {
+		return d, nil
 	}
 	body, _, err := b.getObject(ctx, b.ownerName(key), fence.MaxDomainLen)
 	if err != nil {
 		return "", err
 	}
-	b.owners.Store(key, string(body))
+	b.remember(key, string(body))
 	return string(body), nil
+}
+
+// remember caches key's domain, forgetting them all when the cache is full.
+func (b *Bucket) remember(key, domain string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.owners == nil || len(b.owners) >= maxOwners {
+		b.owners = make(map[string]string)
+	}
+	b.owners[key] = domain
 }
 
 // errConflict: a conditional write lost to another write.
 var errConflict = errors.New("conditional write conflict")
 
+// noRetry makes a call one attempt: an SDK retry of a conditional write
+// that had been applied would fail its condition and pass for a lost race.
+func noRetry(o *awss3.Options) { o.Retryer = aws.NopRetryer{} }
+
 // putObject writes name, on the conditions ifMatch and ifNoneMatch if they
 // are not "". A failed condition (412, or 409 ConditionalRequestConflict)
-// returns an error wrapping errConflict.
-func (b *Bucket) putObject(ctx context.Context, name string, body []byte, ifMatch, ifNoneMatch string) error {
+// returns an error wrapping errConflict; no answer, one wrapping
+// fencelock.ErrUnavailable (the write may have been applied).
+func (b *Bucket) putObject(ctx context.Context, name string, body []byte, ifMatch, ifNoneMatch string, opts ...func(*awss3.Options)) error {
 	in := &awss3.PutObjectInput{
 		Bucket:        aws.String(b.bucket),
 		Key:           aws.String(name),
@@ -314,12 +375,14 @@ func (b *Bucket) putObject(ctx context.Context, name string, body []byte, ifMatc
 	if ifNoneMatch != "" {
 		in.IfNoneMatch = aws.String(ifNoneMatch)
 	}
-	_, err := b.api.PutObject(ctx, in)
+	_, err := b.api.PutObject(ctx, in, opts...)
 	switch status(err) {
 	case 0:
-		return err
+		return nil
 	case http.StatusPreconditionFailed, http.StatusConflict:
 		return fmt.Errorf("put %s: %w: %w", name, errConflict, err)
+	case -1:
+		return fmt.Errorf("put %s: %w: %w", name, fencelock.ErrUnavailable, err)
 	}
 	return fmt.Errorf("put %s: %w", name, err)
 }
@@ -327,10 +390,15 @@ func (b *Bucket) putObject(ctx context.Context, name string, body []byte, ifMatc
 // getObject reads name (at most limit bytes, if limit > 0) and its ETag.
 func (b *Bucket) getObject(ctx context.Context, name string, limit int64) ([]byte, string, error) {
 	out, err := b.api.GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(b.bucket), Key: aws.String(name)})
-	if status(err) == http.StatusNotFound {
+	var ae smithy.APIError
+	switch st := status(err); {
+	case st == http.StatusNotFound && errors.As(err, &ae) && ae.ErrorCode() == "NoSuchBucket":
+		return nil, "", fmt.Errorf("get %s: bucket %s does not exist: %w: %w", name, b.bucket, fencelock.ErrInvalidArgument, err)
+	case st == http.StatusNotFound:
 		return nil, "", fmt.Errorf("get %s: %w", name, fencelock.ErrNotFound)
-	}
-	if err != nil {
+	case st == -1:
+		return nil, "", fmt.Errorf("get %s: %w: %w", name, fencelock.ErrUnavailable, err)
+	case err != nil:
 		return nil, "", fmt.Errorf("get %s: %w", name, err)
 	}
 	defer out.Body.Close()

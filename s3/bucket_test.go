@@ -158,8 +158,23 @@ func TestBucket_layout(t *testing.T) {
 	if _, err := b.Put(ctx, "other", 9, "k", []byte("v")); !errors.Is(err, fencelock.ErrInvalidArgument) {
 		t.Fatalf("Put of k in another domain returned %v, want ErrInvalidArgument", err)
 	}
-	if _, err := b.Put(ctx, "d", 8, strings.Repeat("k", MaxKeyLen+1), nil); !errors.Is(err, fencelock.ErrInvalidName) {
-		t.Fatalf("Put of a long key returned %v, want ErrInvalidName", err)
+	for _, bad := range []struct{ domain, key string }{
+		{"d", strings.Repeat("k", MaxKeyLen+1)},
+		{"d", strings.Repeat("é", MaxKeyLen/2)}, // within MaxKeyLen, too long once escaped
+		{"d", ".."},
+		{"..", "k2"},
+		{strings.Repeat("d", 1000), "k2"},
+	} {
+		if _, err := b.Put(ctx, bad.domain, 8, bad.key, nil); !errors.Is(err, fencelock.ErrInvalidName) {
+			t.Errorf("Put(domain %.20q, key %.20q) returned %v, want ErrInvalidName", bad.domain, bad.key, err)
+		}
+	}
+	if _, err := b.Put(ctx, "d", 8, "big", make([]byte, MaxValueLen+1)); !errors.Is(err, fencelock.ErrTooLarge) {
+		t.Fatalf("Put of a value over MaxValueLen returned %v, want ErrTooLarge", err)
+	}
+	missing := New(b.api, "no-such-bucket-fencelock", "")
+	if _, err := missing.Highest(ctx, "d"); !errors.Is(err, fencelock.ErrInvalidArgument) {
+		t.Fatalf("Highest in a missing bucket returned %v, want ErrInvalidArgument", err)
 	}
 }
 
