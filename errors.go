@@ -49,6 +49,14 @@ var (
 	// ErrUnauthenticated: a membership change without the cluster's admin
 	// token (or with a wrong one).
 	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrTokensExhausted: the cluster reached the last log index or epoch a
+	// token can hold (see MaxToken); it grants no more rather than wrap.
+	ErrTokensExhausted = errors.New("fencing tokens exhausted")
+	// ErrInvalidSequencer: a sequencer that does not prove a grant of this
+	// cluster (forged, tampered, expired, for another lock or cluster, or
+	// signed with a key the verifier does not trust); package sequencer has
+	// an error of its own for each reason, which wraps this one.
+	ErrInvalidSequencer = errors.New("invalid sequencer")
 )
 
 // Wire codes of the sentinel errors. They never change.
@@ -68,6 +76,8 @@ const (
 	CodeUnavailable        = "unavailable"
 	CodePreconditionFailed = "precondition_failed"
 	CodeUnauthenticated    = "unauthenticated"
+	CodeTokensExhausted    = "tokens_exhausted"
+	CodeInvalidSequencer   = "invalid_sequencer"
 )
 
 var codes = []struct {
@@ -89,6 +99,8 @@ var codes = []struct {
 	{CodeUnavailable, ErrUnavailable},
 	{CodePreconditionFailed, ErrPreconditionFailed},
 	{CodeUnauthenticated, ErrUnauthenticated},
+	{CodeTokensExhausted, ErrTokensExhausted},
+	{CodeInvalidSequencer, ErrInvalidSequencer},
 }
 
 // Code returns the wire code of the first sentinel err wraps, or "" if it

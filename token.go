@@ -16,6 +16,38 @@ import (
 // The zero Token is never issued; resources refuse it.
 type Token uint64
 
+// A token is epoch × 2^TokenEpochShift + the log index of the entry that
+// made the grant. A cluster starts in epoch 0 (tokens are then log indexes);
+// every restore from a backup starts the next epoch, whose tokens are all
+// above every token of the epochs before, whatever was issued after the
+// backup. Tokens stay below 2^53, so that they are exact as integers in
+// every adapter and wire: PostgreSQL BIGINT, Lua and JavaScript numbers
+// (doubles), JSON.
+const (
+	// TokenEpochShift is how many low bits of a token hold the log index.
+	TokenEpochShift = 40
+	// MaxTokenEpoch is the last epoch: 8,191 restores.
+	MaxTokenEpoch = 1<<(53-TokenEpochShift) - 1
+	// MaxTokenIndex is the last log index that can grant: a node refuses
+	// to grant beyond it rather than wrap (ErrTokensExhausted).
+	MaxTokenIndex = 1<<TokenEpochShift - 1
+	// MaxToken is the highest token the service issues, 2^53 - 1.
+	MaxToken Token = MaxTokenEpoch<<TokenEpochShift | MaxTokenIndex
+)
+
+// MakeToken returns the token of the grant made at log index in epoch, or
+// an error wrapping ErrTokensExhausted if either is beyond its range (or
+// index is 0).
+func MakeToken(epoch, index uint64) (Token, error) {
+	if epoch > MaxTokenEpoch || index == 0 || index > MaxTokenIndex {
+		return 0, fmt.Errorf("token of epoch %d, log index %d: %w", epoch, index, ErrTokensExhausted)
+	}
+	return Token(epoch<<TokenEpochShift | index), nil
+}
+
+// Epoch returns the epoch the token was issued in.
+func (t Token) Epoch() uint64 { return uint64(t) >> TokenEpochShift }
+
 // String returns the token in decimal.
 func (t Token) String() string { return strconv.FormatUint(uint64(t), 10) }
 

@@ -19,6 +19,8 @@ const (
 	OpCancelWait               // remove a waiter that gave up, or release what it was granted
 	OpSetMember                // record a node's API address (Name: node id, Holder: address)
 	OpDropMember               // forget a removed node's API address (Name: node id)
+	OpSetIdentity              // name the cluster and its first signing key, once (RequestID: cluster id, Holder: key id, LeaseID: the key's seed)
+	OpRotateKey                // add a signing key, keeping the previous one (Holder: key id, LeaseID: the key's seed)
 )
 
 // formatVersion starts every entry and snapshot, so that a later release can change the format.

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -88,6 +89,26 @@ type Observer interface {
 	Restored()
 }
 
+// SigningKey is a key the cluster signs sequencers with: an Ed25519 seed
+// (crypto/ed25519.NewKeyFromSeed), replicated like the lock table.
+type SigningKey struct {
+	ID    string `json:"id"`
+	Seed  []byte `json:"seed"`
+	Added int64  `json:"added"` // Command.Now of the entry that added it
+}
+
+// Identity is who the cluster is: its id, the epoch its tokens are in, and
+// its signing keys, oldest first (the last one signs).
+type Identity struct {
+	ClusterID string
+	Epoch     uint64
+	Keys      []SigningKey
+}
+
+// MaxSigningKeys is how many signing keys a cluster keeps: a rotation
+// drops the oldest beyond it.
+const MaxSigningKeys = 2
+
 // record is one remembered request whose grant ended, or expired lease id,
 // as a snapshot holds it (a window holds them in memory).
 type record struct {
@@ -110,6 +131,7 @@ type FSM struct {
 	members  map[string]string // node id -> API address
 	applied  uint64
 	lastNow  int64 // the largest Command.Now applied: command time never goes back
+	identity Identity
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -198,6 +220,16 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 	case OpDropMember:
 		delete(f.members, string(cmd.Name))
 		return Result{}
+	case OpSetIdentity:
+		if f.identity.ClusterID == "" { // the first one wins
+			f.identity.ClusterID = cmd.RequestID
+			f.identity.Keys = []SigningKey{{ID: cmd.Holder, Seed: []byte(cmd.LeaseID), Added: cmd.Now}}
+		}
+		return Result{}
+	case OpRotateKey:
+		keys := append(f.identity.Keys, SigningKey{ID: cmd.Holder, Seed: []byte(cmd.LeaseID), Added: cmd.Now})
+		f.identity.Keys = keys[max(0, len(keys)-MaxSigningKeys):]
+		return Result{}
 	default:
 		return Result{Err: fmt.Errorf("apply entry %d: unknown op %d: %w", index, cmd.Op, fencelock.ErrInvalidArgument)}
 	}
@@ -223,7 +255,12 @@ func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
 		f.locks[cmd.Name] = l
 	}
 	if l.Holder == nil {
-		h := &Holder{Token: fencelock.Token(index), LeaseID: cmd.LeaseID, Holder: cmd.Holder,
+		tok, err := fencelock.MakeToken(f.identity.Epoch, index)
+		if err != nil {
+			f.dropIfIdle(l)
+			return Result{Err: fmt.Errorf("acquire %q: %w", cmd.Name, err)}
+		}
+		h := &Holder{Token: tok, LeaseID: cmd.LeaseID, Holder: cmd.Holder,
 			TTL: cmd.TTL, RequestID: cmd.RequestID, GrantedAt: cmd.Now}
 		l.Holder = h
 		g := *h
@@ -306,14 +343,36 @@ func (f *FSM) end(index uint64, now int64, l *lock, expired bool, events *[]even
 	if expired {
 		f.expired.put(string(old.LeaseID), string(l.Name), uint64(old.Token), now)
 	}
-	if w, ok := l.queue.pop(); ok {
-		h := &Holder{Token: fencelock.Token(index), LeaseID: w.LeaseID, Holder: w.Holder,
-			TTL: w.TTL, RequestID: w.RequestID, GrantedAt: now}
-		l.Holder = h
-		g := *h
-		*events = append(*events, event{name: l.Name, granted: &g, took: time.Duration(max(now-w.QueuedAt, 0))})
-	}
+	f.grantNext(index, now, l, events)
 	f.dropIfIdle(l)
+}
+
+// grantNext grants l to its first waiter, if any, in entry index. Past the
+// last token nobody is granted: the waiters stay queued.
+func (f *FSM) grantNext(index uint64, now int64, l *lock, events *[]event) {
+	tok, err := fencelock.MakeToken(f.identity.Epoch, index)
+	if err != nil {
+		return
+	}
+	w, ok := l.queue.pop()
+	if !ok {
+		return
+	}
+	h := &Holder{Token: tok, LeaseID: w.LeaseID, Holder: w.Holder,
+		TTL: w.TTL, RequestID: w.RequestID, GrantedAt: now}
+	l.Holder = h
+	g := *h
+	*events = append(*events, event{name: l.Name, granted: &g, took: time.Duration(max(now-w.QueuedAt, 0))})
+}
+
+// Identity returns the cluster's identity: its id and signing keys ("" and
+// none before the leader set them) and its token epoch.
+func (f *FSM) Identity() Identity {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	id := f.identity
+	id.Keys = slices.Clone(id.Keys)
+	return id
 }
 
 func (f *FSM) dropIfIdle(l *lock) {

@@ -497,6 +497,8 @@ func TestFSM_SnapshotIsEncodingJSONsOutput(t *testing.T) {
 	h := newHarness(t)
 	odd := "q\"u\\o<t>e&\u00e9\x01"
 	h.apply(Command{Op: OpSetMember, Name: "n1", Holder: "127.0.0.1:7171"})
+	h.apply(Command{Op: OpSetIdentity, RequestID: "c-" + odd, Holder: "k1", LeaseID: fencelock.LeaseID(bytes.Repeat([]byte{7}, 32))})
+	h.f.identity.Epoch = 3
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.apply(acq("a", odd, "L"+odd, true))
 	g2 := h.apply(acq(odd, "r2", "L2", false)).Grant
@@ -605,5 +607,68 @@ func TestFSM_UndecodableEntryIsRefusedAndApplied(t *testing.T) {
 	}
 	if got := h.f.AppliedIndex(); got != h.index {
 		t.Errorf("applied index after the undecodable entry %d: %d", h.index, got)
+	}
+}
+
+// TestFSM_Epochs: tokens are epoch × 2^40 + index, so a restored state
+// whose epoch is one more grants tokens above any of the epoch before, and
+// past the last index nobody is granted, and no waiter is lost.
+func TestFSM_Epochs(t *testing.T) {
+	h := newHarness(t)
+	g := h.apply(acq("a", "r1", "L1", false)).Grant
+	if g.Token != fencelock.Token(h.index) {
+		t.Fatalf("epoch 0 token %d, want the log index %d", g.Token, h.index)
+	}
+	h.f.identity.Epoch = 1
+	h.index = 5 // a restored cluster's log starts low again
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	g2 := h.apply(acq("a", "r2", "L2", false)).Grant
+	if want := fencelock.Token(1<<40 + h.index); g2.Token != want || g2.Token <= g.Token || g2.Token.Epoch() != 1 {
+		t.Fatalf("epoch 1 token %d, want %d, above %d", g2.Token, want, g.Token)
+	}
+	h.apply(acq("a", "w", "Lw", true))
+	h.f.identity.Epoch = fencelock.MaxTokenEpoch
+	h.index = fencelock.MaxTokenIndex - 1
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L2", Token: g2.Token}) // index MaxTokenIndex: w granted
+	l, _ := h.f.Get("a")
+	if l.Holder == nil || l.Holder.Token != fencelock.MaxToken {
+		t.Fatalf("the last index granted %+v, want token %d", l.Holder, fencelock.MaxToken)
+	}
+	h.apply(acq("a", "w2", "Lw2", true))
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "Lw", Token: fencelock.MaxToken}) // beyond the last index
+	l, _ = h.f.Get("a")
+	if l.Holder != nil || len(l.Waiters) != 1 || l.Waiters[0].RequestID != "w2" {
+		t.Fatalf("past the last token: %+v, want no holder and w2 still queued", l)
+	}
+	if r := h.apply(acq("b", "r3", "L3", false)); !errors.Is(r.Err, fencelock.ErrTokensExhausted) {
+		t.Fatalf("acquire past the last token: %+v, want ErrTokensExhausted", r)
+	}
+}
+
+func TestFSM_Identity(t *testing.T) {
+	h := newHarness(t)
+	seed := func(b byte) fencelock.LeaseID { return fencelock.LeaseID(bytes.Repeat([]byte{b}, 32)) }
+	h.apply(Command{Op: OpSetIdentity, RequestID: "c1", Holder: "k1", LeaseID: seed(1)})
+	h.apply(Command{Op: OpSetIdentity, RequestID: "c2", Holder: "kx", LeaseID: seed(9)}) // ignored: the first wins
+	h.apply(Command{Op: OpRotateKey, Holder: "k2", LeaseID: seed(2)})
+	id := h.f.Identity()
+	if id.ClusterID != "c1" || len(id.Keys) != 2 || id.Keys[0].ID != "k1" || id.Keys[1].ID != "k2" {
+		t.Fatalf("identity %+v, want c1 with keys k1, k2", id)
+	}
+	h.apply(Command{Op: OpRotateKey, Holder: "k3", LeaseID: seed(3)})
+	if id := h.f.Identity(); len(id.Keys) != 2 || id.Keys[0].ID != "k2" || id.Keys[1].ID != "k3" {
+		t.Fatalf("after a second rotation: keys %+v, want k2, k3", id.Keys)
+	}
+	snap, _ := h.f.Snapshot()
+	var buf bytes.Buffer
+	if err := snap.Persist(&sink{Buffer: &buf}); err != nil {
+		t.Fatal(err)
+	}
+	other := newHarness(t)
+	if err := other.f.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	if got := other.f.Identity(); !reflect.DeepEqual(got, h.f.Identity()) {
+		t.Fatalf("restored identity %+v, want %+v", got, h.f.Identity())
 	}
 }

@@ -21,6 +21,11 @@ type state struct {
 	Expired  []record          `json:"expired"`
 	Members  map[string]string `json:"members,omitempty"`
 	LastNow  int64             `json:"last_now"`
+	// The cluster's identity: its id, token epoch and signing keys (the
+	// private keys: a snapshot, like a data dir, is as secret as they are).
+	ClusterID string       `json:"cluster_id,omitempty"`
+	Epoch     uint64       `json:"epoch,omitempty"`
+	Keys      []SigningKey `json:"keys,omitempty"`
 }
 
 type snapshot struct {
@@ -39,7 +44,8 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	st := state{Version: formatVersion, Applied: f.applied, LastNow: f.lastNow,
-		Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members))}
+		Locks: make([]Lock, 0, len(f.locks)), Members: make(map[string]string, len(f.members)),
+		ClusterID: f.identity.ClusterID, Epoch: f.identity.Epoch, Keys: slices.Clone(f.identity.Keys)}
 	for k, v := range f.members {
 		st.Members[k] = v
 	}
@@ -115,6 +121,18 @@ func (s *snapshot) encode(w *bufio.Writer) error {
 	}
 	b = append(b, `,"last_now":`...)
 	b = strconv.AppendInt(b, s.st.LastNow, 10)
+	ident, err := json.Marshal(struct {
+		ClusterID string       `json:"cluster_id,omitempty"`
+		Epoch     uint64       `json:"epoch,omitempty"`
+		Keys      []SigningKey `json:"keys,omitempty"`
+	}{s.st.ClusterID, s.st.Epoch, s.st.Keys})
+	if err != nil {
+		return err
+	}
+	if len(ident) > 2 { // not {}
+		b = append(b, ',')
+		b = append(b, ident[1:len(ident)-1]...)
+	}
 	b = append(b, "}\n"...)
 	_, err = w.Write(b)
 	return err
@@ -176,6 +194,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.reset()
 	f.applied = st.Applied
 	f.lastNow = st.LastNow
+	f.identity = Identity{ClusterID: st.ClusterID, Epoch: st.Epoch, Keys: st.Keys}
 	for k, v := range st.Members {
 		f.members[k] = v
 	}

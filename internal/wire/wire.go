@@ -37,6 +37,8 @@ var connectCodes = map[string]connect.Code{
 	fencelock.CodeUnavailable:        connect.CodeUnavailable,
 	fencelock.CodePreconditionFailed: connect.CodeFailedPrecondition,
 	fencelock.CodeUnauthenticated:    connect.CodeUnauthenticated,
+	fencelock.CodeTokensExhausted:    connect.CodeResourceExhausted,
+	fencelock.CodeInvalidSequencer:   connect.CodePermissionDenied,
 }
 
 // ToConnect converts an error from the service into a Connect error that

@@ -146,6 +146,18 @@ class Unauthenticated(FencelockError):
     code = "unauthenticated"
 
 
+class TokensExhausted(FencelockError):
+    """The cluster reached the last fencing token it can issue."""
+
+    code = "tokens_exhausted"
+
+
+class InvalidSequencer(FencelockError):
+    """A sequencer that does not prove a grant of this cluster."""
+
+    code = "invalid_sequencer"
+
+
 BY_CODE = {
     cls.code: cls
     for cls in (
@@ -164,6 +176,8 @@ BY_CODE = {
         Unavailable,
         PreconditionFailed,
         Unauthenticated,
+        TokensExhausted,
+        InvalidSequencer,
     )
 }
 
