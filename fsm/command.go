@@ -13,14 +13,14 @@ type Op uint8
 
 // The commands the FSM applies.
 const (
-	OpAcquire    Op = iota + 1 // grant, queue, or refuse
-	OpRelease                  // end a grant named by lease id and token
-	OpExpire                   // end a grant named by token, decided by the leader's timer
-	OpCancelWait               // remove a waiter that gave up, or release what it was granted
-	OpSetMember                // record a node's API address (Name: node id, Holder: address)
-	OpDropMember               // forget a removed node's API address (Name: node id)
-	OpSetIdentity              // name the cluster and its first signing key, once (RequestID: cluster id, Holder: key id, LeaseID: the key's seed)
-	OpRotateKey                // add a signing key, keeping the previous one (Holder: key id, LeaseID: the key's seed)
+	OpAcquire     Op = iota + 1 // grant, queue, or refuse
+	OpRelease                   // end a grant named by lease id and token
+	OpExpire                    // end a grant named by token, decided by the leader's timer
+	OpCancelWait                // remove a waiter that gave up, or release what it was granted
+	OpSetMember                 // record a node's API address (Name: node id, Holder: address)
+	OpDropMember                // forget a removed node's API address (Name: node id)
+	OpSetIdentity               // name the cluster and its first signing key, once (RequestID: cluster id, Holder: key id, LeaseID: the key's seed)
+	OpRotateKey                 // add a signing key, keeping the previous one (Holder: key id, LeaseID: the key's seed)
 )
 
 // formatVersion starts every entry and snapshot, so that a later release can change the format.
