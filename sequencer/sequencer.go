@@ -1,0 +1,227 @@
+// Package sequencer makes and verifies sequencers: a grant's proof, signed
+// by the cluster that made it, which a resource checks without asking the
+// lock service. It depends on the standard library and package fencelock
+// only.
+//
+// A sequencer names the lock, its fencing token (and the token's epoch),
+// the cluster, a hash of the lease id, when the grant was issued and when
+// its lease ends, and the signing key; it is signed with the cluster's
+// Ed25519 key. "fencelock keys" prints the public keys a Verifier trusts.
+// A resource that accepts a write only with a valid sequencer for the
+// write's domain cannot be fooled by an invented token: a forged or
+// tampered sequencer fails the signature, an old one its lease end.
+//
+// The text form is "fls1." followed by the unpadded base64url encoding of
+// the fields and the signature.
+package sequencer
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+// Prefix starts every sequencer's text form.
+const Prefix = "fls1."
+
+// MaxLen is the longest text form Parse reads, in bytes.
+const MaxLen = 2048
+
+// signContext is signed before the fields, so that a sequencer's signature
+// proves nothing else.
+const signContext = "fencelock sequencer v1\x00"
+
+// Sequencer is what a sequencer states.
+type Sequencer struct {
+	Lock      fencelock.LockName
+	Token     fencelock.Token
+	ClusterID string
+	LeaseHash [16]byte  // the first 16 bytes of SHA-256 of the lease id
+	Issued    time.Time // when the grant (or the renewal this sequencer came with) was made
+	LeaseEnd  time.Time // when its lease ends unless renewed
+	KeyID     string    // the signing key
+}
+
+// Epoch returns the token's epoch.
+func (s Sequencer) Epoch() uint64 { return s.Token.Epoch() }
+
+// LeaseHash returns the hash of a lease id that a sequencer carries.
+func LeaseHash(id fencelock.LeaseID) [16]byte {
+	sum := sha256.Sum256([]byte(id))
+	var h [16]byte
+	copy(h[:], sum[:16])
+	return h
+}
+
+// fields encodes the signed part: the version, then length-prefixed
+// strings and varints.
+func (s Sequencer) fields() []byte {
+	b := []byte{1}
+	for _, str := range []string{s.ClusterID, s.KeyID, string(s.Lock)} {
+		b = binary.AppendUvarint(b, uint64(len(str)))
+		b = append(b, str...)
+	}
+	b = binary.AppendUvarint(b, uint64(s.Token))
+	b = append(b, s.LeaseHash[:]...)
+	b = binary.AppendVarint(b, s.Issued.UnixMilli())
+	b = binary.AppendVarint(b, s.LeaseEnd.UnixMilli())
+	return b
+}
+
+// Sign returns s's text form, signed with key.
+func Sign(s Sequencer, key ed25519.PrivateKey) string {
+	f := s.fields()
+	sig := ed25519.Sign(key, append([]byte(signContext), f...))
+	return Prefix + base64.RawURLEncoding.EncodeToString(append(f, sig...))
+}
+
+// The reasons a sequencer is refused. Each wraps fencelock.ErrInvalidSequencer.
+var (
+	ErrMalformed     = fmt.Errorf("malformed sequencer: %w", fencelock.ErrInvalidSequencer)
+	ErrUnknownKey    = fmt.Errorf("sequencer signed with a key not trusted (rotated away, or another cluster's): %w", fencelock.ErrInvalidSequencer)
+	ErrBadSignature  = fmt.Errorf("sequencer signature does not verify (forged or tampered): %w", fencelock.ErrInvalidSequencer)
+	ErrExpired       = fmt.Errorf("sequencer's lease has ended: %w", fencelock.ErrInvalidSequencer)
+	ErrWrongLock     = fmt.Errorf("sequencer is for another lock: %w", fencelock.ErrInvalidSequencer)
+	ErrWrongCluster  = fmt.Errorf("sequencer is from a cluster not trusted: %w", fencelock.ErrInvalidSequencer)
+	ErrTokenMismatch = fmt.Errorf("sequencer's token is not the write's: %w", fencelock.ErrInvalidSequencer)
+)
+
+// Parse decodes a sequencer's text form without verifying it, and returns
+// what it states, the signed bytes and the signature.
+func Parse(text string) (Sequencer, []byte, []byte, error) {
+	var s Sequencer
+	if len(text) > MaxLen || !strings.HasPrefix(text, Prefix) {
+		return s, nil, nil, fmt.Errorf("%w: want %q and at most %d bytes", ErrMalformed, Prefix, MaxLen)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(text[len(Prefix):])
+	if err != nil || len(raw) < 1+ed25519.SignatureSize || raw[0] != 1 {
+		return s, nil, nil, fmt.Errorf("%w: not a version 1 encoding", ErrMalformed)
+	}
+	f, sig := raw[:len(raw)-ed25519.SignatureSize], raw[len(raw)-ed25519.SignatureSize:]
+	d := reader{b: f[1:]}
+	s.ClusterID, s.KeyID, s.Lock = d.str(), d.str(), fencelock.LockName(d.str())
+	s.Token = fencelock.Token(d.uvarint())
+	copy(s.LeaseHash[:], d.take(16))
+	s.Issued, s.LeaseEnd = time.UnixMilli(d.varint()), time.UnixMilli(d.varint())
+	if d.bad || len(d.b) != 0 {
+		return Sequencer{}, nil, nil, fmt.Errorf("%w: bad fields", ErrMalformed)
+	}
+	return s, f, sig, nil
+}
+
+// reader reads the fields; bad is set by a read past the end.
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) take(n int) []byte {
+	if r.bad || n < 0 || n > len(r.b) {
+		r.bad = true
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if r.bad || n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if r.bad || n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) str() string {
+	n := r.uvarint()
+	if n > MaxLen {
+		r.bad = true
+		return ""
+	}
+	return string(r.take(int(n)))
+}
+
+// Key is a public key a Verifier trusts: a cluster's signing key.
+type Key struct {
+	ClusterID string            `json:"cluster_id"`
+	ID        string            `json:"id"`
+	Public    ed25519.PublicKey `json:"public"` // base64 in JSON
+}
+
+// Verifier checks sequencers against the keys it trusts. The zero
+// Verifier trusts nothing.
+type Verifier struct {
+	// Keys are the trusted keys ("fencelock keys --json" prints a
+	// cluster's). A key trusts only sequencers of its cluster.
+	Keys []Key
+	// Skew is how long after its lease end a sequencer still passes, for
+	// clocks that differ (0: none).
+	Skew time.Duration
+	// Now returns the time (time.Now if nil).
+	Now func() time.Time
+}
+
+// Verify checks text: it must be well formed, signed by one of v's keys
+// for the cluster it names, for lock (if lock is not empty), and its lease
+// must not have ended. It returns what the sequencer states, or one of the
+// errors above.
+func (v *Verifier) Verify(text string, lock fencelock.LockName) (Sequencer, error) {
+	s, f, sig, err := Parse(text)
+	if err != nil {
+		return Sequencer{}, err
+	}
+	key, err := v.key(s)
+	if err != nil {
+		return Sequencer{}, err
+	}
+	if !ed25519.Verify(key, append([]byte(signContext), f...), sig) {
+		return Sequencer{}, ErrBadSignature
+	}
+	if lock != "" && s.Lock != lock {
+		return Sequencer{}, fmt.Errorf("%w: it is for %q, the write's is %q", ErrWrongLock, s.Lock, lock)
+	}
+	now := time.Now
+	if v.Now != nil {
+		now = v.Now
+	}
+	if t := now(); t.After(s.LeaseEnd.Add(v.Skew)) {
+		return Sequencer{}, fmt.Errorf("%w: at %s, %s ago", ErrExpired, s.LeaseEnd.UTC().Format(time.RFC3339Nano), t.Sub(s.LeaseEnd).Round(time.Millisecond))
+	}
+	return s, nil
+}
+
+func (v *Verifier) key(s Sequencer) (ed25519.PublicKey, error) {
+	cluster := false
+	for _, k := range v.Keys {
+		if k.ClusterID != s.ClusterID {
+			continue
+		}
+		cluster = true
+		if k.ID == s.KeyID && len(k.Public) == ed25519.PublicKeySize {
+			return k.Public, nil
+		}
+	}
+	if !cluster {
+		return nil, fmt.Errorf("%w: cluster %q", ErrWrongCluster, s.ClusterID)
+	}
+	return nil, fmt.Errorf("%w: key %q of cluster %q", ErrUnknownKey, s.KeyID, s.ClusterID)
+}

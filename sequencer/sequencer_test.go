@@ -1,0 +1,97 @@
+package sequencer_test
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/sequencer"
+)
+
+func newKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub, priv
+}
+
+func TestVerify(t *testing.T) {
+	pub, priv := newKey(t)
+	otherPub, otherPriv := newKey(t)
+	now := time.Unix(1_800_000_000, 0)
+	good := sequencer.Sequencer{Lock: "reports", Token: 1<<40 + 7, ClusterID: "prod", KeyID: "k1",
+		LeaseHash: sequencer.LeaseHash("lease-1"), Issued: now, LeaseEnd: now.Add(10 * time.Second)}
+	v := &sequencer.Verifier{Keys: []sequencer.Key{{ClusterID: "prod", ID: "k1", Public: pub}, {ClusterID: "staging", ID: "s1", Public: otherPub}},
+		Now: func() time.Time { return now.Add(time.Second) }}
+	text := sequencer.Sign(good, priv)
+
+	got, err := v.Verify(text, "reports")
+	if err != nil {
+		t.Fatalf("a valid sequencer: %v", err)
+	}
+	if got.Lock != good.Lock || got.Token != good.Token || got.Epoch() != 1 || got.ClusterID != "prod" || got.LeaseHash != good.LeaseHash ||
+		!got.Issued.Equal(now) || !got.LeaseEnd.Equal(good.LeaseEnd) {
+		t.Fatalf("Verify returned %+v, want %+v", got, good)
+	}
+
+	tampered := func() string {
+		s, f, sig, err := sequencer.Parse(text)
+		if err != nil || s.Token != good.Token {
+			t.Fatal(err)
+		}
+		f = append([]byte(nil), f...)
+		f[len(f)-20] ^= 1 // a bit of the lease hash
+		return sequencer.Prefix + base64.RawURLEncoding.EncodeToString(append(f, sig...))
+	}
+	rotated := good
+	rotated.KeyID = "k0"
+	staging := good
+	staging.ClusterID, staging.KeyID = "staging", "s1"
+	tests := []struct {
+		name string
+		text string
+		lock fencelock.LockName
+		v    *sequencer.Verifier
+		want error
+	}{
+		{"forged: signed by another key under k1's name", sequencer.Sign(good, otherPriv), "reports", v, sequencer.ErrBadSignature},
+		{"tampered", tampered(), "reports", v, sequencer.ErrBadSignature},
+		{"expired", text, "reports", &sequencer.Verifier{Keys: v.Keys, Now: func() time.Time { return now.Add(11 * time.Second) }}, sequencer.ErrExpired},
+		{"wrong lock", text, "payments", v, sequencer.ErrWrongLock},
+		{"wrong cluster", text, "reports", &sequencer.Verifier{Keys: v.Keys[1:], Now: v.Now}, sequencer.ErrWrongCluster},
+		{"rotated-away key", sequencer.Sign(rotated, priv), "reports", v, sequencer.ErrUnknownKey},
+		{"garbage", "fls1.bm90IGEgc2VxdWVuY2Vy", "reports", v, sequencer.ErrMalformed},
+		{"no prefix", "hello", "reports", v, sequencer.ErrMalformed},
+		{"too long", sequencer.Prefix + strings.Repeat("A", sequencer.MaxLen), "reports", v, sequencer.ErrMalformed},
+		{"truncated", text[:len(text)-10], "reports", v, sequencer.ErrMalformed},
+	}
+	for _, tt := range tests {
+		_, err := tt.v.Verify(tt.text, tt.lock)
+		if !errors.Is(err, tt.want) || !errors.Is(err, fencelock.ErrInvalidSequencer) {
+			t.Errorf("%s: Verify = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if _, err := (&sequencer.Verifier{Keys: v.Keys, Now: v.Now}).Verify(sequencer.Sign(staging, otherPriv), ""); err != nil {
+		t.Errorf("a staging sequencer with the staging key trusted: %v", err)
+	}
+	if _, err := (&sequencer.Verifier{Keys: v.Keys, Skew: 2 * time.Second, Now: func() time.Time { return now.Add(11 * time.Second) }}).Verify(text, ""); err != nil {
+		t.Errorf("within the skew allowance: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	f.Add(sequencer.Sign(sequencer.Sequencer{Lock: "a", Token: 1, ClusterID: "c", KeyID: "k"}, priv))
+	f.Add("fls1.")
+	f.Fuzz(func(t *testing.T, text string) {
+		_, _, _, _ = sequencer.Parse(text) // never panics
+		_, _ = (&sequencer.Verifier{}).Verify(text, "a")
+	})
+}
