@@ -169,10 +169,16 @@ func (id LeaseID) Validate() error {
 }
 
 // Grant is what a successful Acquire returns: the lock, its fencing token,
-// the ownership token and the lease's TTL.
+// the ownership token, the lease's TTL, and the grant's signed proof with
+// the cluster that made it.
 type Grant struct {
 	Name    LockName
 	Token   Token
 	LeaseID LeaseID
 	TTL     time.Duration
+	// Sequencer is the grant's signed proof (package sequencer), valid
+	// until the lease ends unless renewed; "" if the cluster has no
+	// signing key yet.
+	Sequencer string
+	ClusterID string
 }

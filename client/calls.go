@@ -17,19 +17,25 @@ import (
 // a grant across processes. Errors: fencelock.ErrNotHolder,
 // fencelock.ErrLeaseExpired, fencelock.ErrUnavailable.
 func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) (time.Duration, error) {
+	resp, err := c.renew(ctx, name, id, token)
+	return resp.GetTtl().AsDuration(), err
+}
+
+// renew is Renew, with the answer's new sequencer.
+func (c *Client) renew(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) (*fencelockv1.RenewResponse, error) {
 	if err := fencelock.LockName(name).Validate(); err != nil {
-		return 0, fmt.Errorf("renew: %w", err)
+		return nil, fmt.Errorf("renew: %w", err)
 	}
-	var ttl time.Duration
+	var resp *fencelockv1.RenewResponse
 	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		var err error
-		ttl, err = ep.node.renew(ctx, &fencelockv1.RenewRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
+		resp, err = ep.node.renew(ctx, &fencelockv1.RenewRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
 		return err
 	})
 	if err != nil {
-		return 0, opError("renew", err)
+		return nil, opError("renew", err)
 	}
-	return ttl, nil
+	return resp, nil
 }
 
 // Release ends a grant by its name, lease id and token. Lock.Release calls

@@ -3,14 +3,17 @@ package client
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+	"github.com/fencelock/fencelock/sequencer"
 )
 
 // Member is one node of the service's Raft configuration.
@@ -114,4 +117,113 @@ func (c *Client) Endpoints() []string {
 		out = append(out, ep.host)
 	}
 	return out
+}
+
+// Keys is the cluster's identity as resources need it.
+type Keys struct {
+	ClusterID string          `json:"cluster_id"`
+	Epoch     uint64          `json:"epoch"`
+	Keys      []sequencer.Key `json:"keys"` // oldest first; the last one signs
+}
+
+func keysOf(m *fencelockv1.KeysResponse) Keys {
+	k := Keys{ClusterID: m.ClusterId, Epoch: m.Epoch, Keys: []sequencer.Key{}}
+	for _, pk := range m.Keys {
+		k.Keys = append(k.Keys, sequencer.Key{ClusterID: m.ClusterId, ID: pk.Id, Public: pk.Public})
+	}
+	return k
+}
+
+// Keys returns the cluster's id, token epoch and public signing keys: what
+// a sequencer.Verifier trusts.
+func (c *Client) Keys(ctx context.Context) (Keys, error) {
+	var k Keys
+	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.cluster.Keys(ctx, connect.NewRequest(&fencelockv1.KeysRequest{}))
+		if err != nil {
+			return fromWire(err)
+		}
+		k = keysOf(resp.Msg)
+		return nil
+	})
+	if err != nil {
+		return Keys{}, fmt.Errorf("keys: %w", err)
+	}
+	return k, nil
+}
+
+// RotateKey adds a new signing key (through the leader; with the admin
+// token, if the cluster has one) and returns the keys after it.
+func (c *Client) RotateKey(ctx context.Context) (Keys, error) {
+	var k Keys
+	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.cluster.RotateKey(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.RotateKeyRequest{}), c.cfg.AdminToken))
+		if err != nil {
+			return fromWire(err)
+		}
+		k = keysOf(resp.Msg)
+		return nil
+	})
+	if err != nil {
+		return Keys{}, fmt.Errorf("rotate key: %w", err)
+	}
+	return k, nil
+}
+
+// CheckSequencer asks the leader whether the sequencer's grant is still the
+// lock's current one, and returns the lock's current token (0: free). A
+// sequencer the cluster did not sign fails with an error wrapping
+// fencelock.ErrInvalidSequencer.
+func (c *Client) CheckSequencer(ctx context.Context, seq string) (current bool, token fencelock.Token, err error) {
+	err = c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.node.checkSequencer(ctx, seq)
+		if err != nil {
+			return err
+		}
+		current, token = resp.Current, fencelock.Token(resp.Token)
+		return nil
+	})
+	if err != nil {
+		return false, 0, fmt.Errorf("check sequencer: %w", err)
+	}
+	return current, token, nil
+}
+
+// Backup writes a backup of the whole state, taken on the leader, to w, and
+// calls progress (if not nil) with the bytes written and the total. With
+// the admin token, if the cluster has one. A backup holds the signing keys:
+// keep it as secret as they are.
+func (c *Client) Backup(ctx context.Context, w io.Writer, progress func(done, total int64)) error {
+	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+		stream, err := ep.cluster.Backup(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.BackupRequest{}), c.cfg.AdminToken))
+		if err != nil {
+			return fromWire(err)
+		}
+		defer stream.Close()
+		var done, total int64
+		for stream.Receive() {
+			m := stream.Msg()
+			if m.Size > 0 {
+				total = int64(m.Size)
+			}
+			if _, err := w.Write(m.Data); err != nil {
+				return fmt.Errorf("write backup: %w", err) // not retried: w has part of it
+			}
+			done += int64(len(m.Data))
+			if progress != nil {
+				progress(done, total)
+			}
+		}
+		if err := stream.Err(); err != nil {
+			return fromWire(err)
+		}
+		if done != total {
+			return fmt.Errorf("backup ended after %d of %d bytes: %w", done, total, fencelock.ErrUnavailable)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("backup: %w", err)
+	}
+	return nil
 }

@@ -23,14 +23,16 @@ type Lock struct {
 	leaseID fencelock.LeaseID
 	ttl     time.Duration
 	margin  time.Duration
+	cluster string
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	deadline time.Time   // monotonic: last confirmed renewal start + TTL - margin
-	timer    *time.Timer // fires at deadline
-	renewal  *time.Timer // fires when the next renewal is due; runs renew
+	mu        sync.Mutex
+	deadline  time.Time   // monotonic: last confirmed renewal start + TTL - margin
+	sequencer string      // the latest: from the grant, then from each renewal
+	timer     *time.Timer // fires at deadline
+	renewal   *time.Timer // fires when the next renewal is due; runs renew
 	// renewing is held while a renewal runs, so that Release can wait
 	// for one under way.
 	renewing sync.Mutex
@@ -39,8 +41,9 @@ type Lock struct {
 func (c *Client) newLock(g *fencelockv1.Grant, start time.Time, margin time.Duration) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{c: c, name: g.Name, token: fencelock.Token(g.Token), leaseID: fencelock.LeaseID(g.LeaseId),
-		ttl: g.Ttl.AsDuration(), margin: margin, ctx: ctx, cancel: cancel}
+		ttl: g.Ttl.AsDuration(), margin: margin, cluster: g.ClusterId, ctx: ctx, cancel: cancel}
 	l.mu.Lock()
+	l.sequencer = g.Sequencer
 	l.deadline = start.Add(l.ttl - margin)
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
 	// Renewals run on a timer, not in a goroutine of their own: a lock
@@ -56,6 +59,18 @@ func (l *Lock) Name() string { return l.name }
 
 // Token returns the fencing token: attach it to every write to the resource.
 func (l *Lock) Token() fencelock.Token { return l.token }
+
+// Sequencer returns the grant's latest signed proof (package sequencer)
+// for resources that verify one: the grant's, then each renewal's, valid
+// until the lease it came with ends. "" if the cluster signs none.
+func (l *Lock) Sequencer() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sequencer
+}
+
+// ClusterID returns the id of the cluster that made the grant.
+func (l *Lock) ClusterID() string { return l.cluster }
 
 // LeaseID returns the grant's ownership token.
 func (l *Lock) LeaseID() fencelock.LeaseID { return l.leaseID }
@@ -139,11 +154,16 @@ func (l *Lock) renew() {
 	interval := l.renewInterval()
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(l.ctx, interval)
-	_, err := l.c.Renew(rctx, l.name, l.leaseID, l.token)
+	resp, err := l.c.renew(rctx, l.name, l.leaseID, l.token)
 	cancel()
 	switch {
 	case err == nil:
 		l.extend(start.Add(l.ttl - l.margin))
+		if seq := resp.GetSequencer(); seq != "" {
+			l.mu.Lock()
+			l.sequencer = seq
+			l.mu.Unlock()
+		}
 		l.scheduleRenewal(interval)
 	case errors.Is(err, fencelock.ErrNotHolder), errors.Is(err, fencelock.ErrLeaseExpired):
 		l.mu.Lock()

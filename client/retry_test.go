@@ -44,11 +44,11 @@ func (n *flakyNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest) 
 	return &fencelockv1.Grant{Name: r.Name, Token: 7, LeaseId: "lease-7", Ttl: durationpb.New(10 * time.Second)}, nil
 }
 
-func (n *flakyNode) renew(ctx context.Context, r *fencelockv1.RenewRequest) (time.Duration, error) {
+func (n *flakyNode) renew(ctx context.Context, r *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
 	if n.renewDown {
-		return 0, fmt.Errorf("no leader: %w", fencelock.ErrUnavailable)
+		return nil, fmt.Errorf("no leader: %w", fencelock.ErrUnavailable)
 	}
-	return 10 * time.Second, nil
+	return &fencelockv1.RenewResponse{Ttl: durationpb.New(10 * time.Second)}, nil
 }
 
 func (n *flakyNode) cancelWait(ctx context.Context, name, rid string) error {
@@ -66,6 +66,10 @@ func (n *flakyNode) describe(ctx context.Context, name string) (*fencelockv1.Loc
 
 func (n *flakyNode) list(ctx context.Context, r *fencelockv1.ListRequest) (*fencelockv1.ListResponse, error) {
 	return &fencelockv1.ListResponse{}, nil
+}
+
+func (n *flakyNode) checkSequencer(ctx context.Context, seq string) (*fencelockv1.CheckSequencerResponse, error) {
+	return nil, fencelock.ErrInvalidSequencer
 }
 
 func (n *flakyNode) counts() (acquires int, cancelled []string) {
@@ -152,8 +156,8 @@ func (n *lostNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest) (
 	return &fencelockv1.Grant{Name: r.Name, Token: 9, LeaseId: "lease-9", Ttl: durationpb.New(300 * time.Millisecond)}, nil
 }
 
-func (n *lostNode) renew(ctx context.Context, r *fencelockv1.RenewRequest) (time.Duration, error) {
-	return 0, fmt.Errorf("lease-9 expired: %w", fencelock.ErrNotHolder)
+func (n *lostNode) renew(ctx context.Context, r *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
+	return nil, fmt.Errorf("lease-9 expired: %w", fencelock.ErrNotHolder)
 }
 
 func (n *lostNode) release(ctx context.Context, r *fencelockv1.ReleaseRequest) error {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"runtime"
 	"sync"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -206,12 +205,12 @@ func (n *sessionNode) acquire(ctx context.Context, req *fencelockv1.AcquireReque
 	return r.GetAcquire().GetGrant(), nil
 }
 
-func (n *sessionNode) renew(ctx context.Context, req *fencelockv1.RenewRequest) (time.Duration, error) {
+func (n *sessionNode) renew(ctx context.Context, req *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
 	r, err := n.do(ctx, &fencelockv1.Call{Op: &fencelockv1.Call_Renew{Renew: req}})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return r.GetRenew().GetTtl().AsDuration(), nil
+	return r.GetRenew(), nil
 }
 
 func (n *sessionNode) release(ctx context.Context, req *fencelockv1.ReleaseRequest) error {

@@ -25,11 +25,12 @@ import (
 // are safe for concurrent use.
 type node interface {
 	acquire(ctx context.Context, req *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error)
-	renew(ctx context.Context, req *fencelockv1.RenewRequest) (time.Duration, error)
+	renew(ctx context.Context, req *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error)
 	release(ctx context.Context, req *fencelockv1.ReleaseRequest) error
 	cancelWait(ctx context.Context, name, rid string) error
 	describe(ctx context.Context, name string) (*fencelockv1.LockInfo, error)
 	list(ctx context.Context, req *fencelockv1.ListRequest) (*fencelockv1.ListResponse, error)
+	checkSequencer(ctx context.Context, seq string) (*fencelockv1.CheckSequencerResponse, error)
 }
 
 // errNoAnswer: the node did not answer (network error, broken connection).
@@ -134,6 +135,14 @@ func (n *connectNode) describe(ctx context.Context, name string) (*fencelockv1.L
 
 func (n *connectNode) list(ctx context.Context, req *fencelockv1.ListRequest) (*fencelockv1.ListResponse, error) {
 	resp, err := n.rpc.List(ctx, connect.NewRequest(req))
+	if err != nil {
+		return nil, fromWire(err)
+	}
+	return resp.Msg, nil
+}
+
+func (n *connectNode) checkSequencer(ctx context.Context, seq string) (*fencelockv1.CheckSequencerResponse, error) {
+	resp, err := n.rpc.CheckSequencer(ctx, connect.NewRequest(&fencelockv1.CheckSequencerRequest{Sequencer: seq}))
 	if err != nil {
 		return nil, fromWire(err)
 	}

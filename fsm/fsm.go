@@ -365,6 +365,33 @@ func (f *FSM) grantNext(index uint64, now int64, l *lock, events *[]event) {
 	*events = append(*events, event{name: l.Name, granted: &g, took: time.Duration(max(now-w.QueuedAt, 0))})
 }
 
+// StartEpoch moves the state to token epoch epoch, above its own, for a
+// restore; a clusterID that is not "" replaces the cluster's. Raft never
+// calls it: a restore writes the result as a new cluster's first snapshot.
+func (f *FSM) StartEpoch(epoch uint64, clusterID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if epoch <= f.identity.Epoch || epoch > fencelock.MaxTokenEpoch {
+		return fmt.Errorf("start epoch %d after epoch %d: %w", epoch, f.identity.Epoch, fencelock.ErrInvalidArgument)
+	}
+	f.identity.Epoch = epoch
+	if clusterID != "" {
+		f.identity.ClusterID = clusterID
+	}
+	return nil
+}
+
+// Signer returns the cluster's id and the key that signs now; ok is false
+// before the cluster has one.
+func (f *FSM) Signer() (clusterID string, key SigningKey, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if len(f.identity.Keys) == 0 {
+		return "", SigningKey{}, false
+	}
+	return f.identity.ClusterID, f.identity.Keys[len(f.identity.Keys)-1], true
+}
+
 // Identity returns the cluster's identity: its id and signing keys ("" and
 // none before the leader set them) and its token epoch.
 func (f *FSM) Identity() Identity {

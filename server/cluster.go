@@ -109,6 +109,8 @@ type Status struct {
 	Members           []Member
 	Ready             bool
 	Version           string // the node's build, as buildinfo.Info.String
+	ClusterID         string
+	Epoch             uint64 // of the tokens the cluster issues
 }
 
 // Status returns this node's view of the cluster. It is served from local
@@ -117,11 +119,12 @@ func (s *Server) Status() (Status, error) {
 	stats := s.raft.Stats()
 	u := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
 	_, leaderID := s.raft.LeaderWithID()
+	id := s.fsm.Identity()
 	st := Status{
 		ID: s.cfg.NodeID, State: strings.ToLower(s.raft.State().String()), LeaderID: string(leaderID),
 		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: u("applied_index"),
 		LastLogIndex: u("last_log_index"), LastSnapshotIndex: u("last_snapshot_index"), Ready: s.Ready(),
-		Version: buildinfo.Read().String(),
+		Version: buildinfo.Read().String(), ClusterID: id.ClusterID, Epoch: id.Epoch,
 	}
 	st.LeaderAPI, _ = s.fsm.MemberAPI(st.LeaderID)
 	if lc := stats["last_contact"]; lc != "" && lc != "never" && lc != "0" {

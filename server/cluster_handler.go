@@ -2,14 +2,18 @@ package server
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
@@ -29,7 +33,7 @@ func (a *clusterAPI) Status(_ context.Context, _ *connect.Request[fencelockv1.St
 		Id: st.ID, State: st.State, LeaderId: st.LeaderID, LeaderApi: st.LeaderAPI, Term: st.Term,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex,
 		LastSnapshotIndex: st.LastSnapshotIndex, LastContact: durationpb.New(st.LastContact), Ready: st.Ready,
-		Version: st.Version,
+		Version: st.Version, ClusterId: st.ClusterID, Epoch: st.Epoch,
 	}
 	for _, m := range st.Members {
 		resp.Members = append(resp.Members, &fencelockv1.Member{Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader})
@@ -79,4 +83,54 @@ func (a *clusterAPI) TransferLeader(ctx context.Context, req *connect.Request[fe
 		return nil, (*api)(a).fail("TransferLeader", err)
 	}
 	return connect.NewResponse(&fencelockv1.TransferLeaderResponse{LeaderId: id}), nil
+}
+
+func keysResponse(id fsm.Identity) *fencelockv1.KeysResponse {
+	resp := &fencelockv1.KeysResponse{ClusterId: id.ClusterID, Epoch: id.Epoch}
+	for _, k := range id.Keys {
+		pub := ed25519.NewKeyFromSeed(k.Seed).Public().(ed25519.PublicKey)
+		resp.Keys = append(resp.Keys, &fencelockv1.PublicKey{Id: k.ID, Public: pub, Added: timestamppb.New(time.Unix(0, k.Added))})
+	}
+	return resp
+}
+
+func (a *clusterAPI) Keys(context.Context, *connect.Request[fencelockv1.KeysRequest]) (*connect.Response[fencelockv1.KeysResponse], error) {
+	return connect.NewResponse(keysResponse(a.fsm.Identity())), nil
+}
+
+func (a *clusterAPI) RotateKey(ctx context.Context, req *connect.Request[fencelockv1.RotateKeyRequest]) (*connect.Response[fencelockv1.KeysResponse], error) {
+	if err := a.authorize("RotateKey", req.Header()); err != nil {
+		return nil, err
+	}
+	id, err := (*Server)(a).RotateKey(ctx)
+	if err != nil {
+		return nil, (*api)(a).fail("RotateKey", err)
+	}
+	return connect.NewResponse(keysResponse(id)), nil
+}
+
+// backupChunk is the size of Backup's messages.
+const backupChunk = 1 << 20
+
+func (a *clusterAPI) Backup(ctx context.Context, req *connect.Request[fencelockv1.BackupRequest], stream *connect.ServerStream[fencelockv1.BackupChunk]) error {
+	if err := a.authorize("Backup", req.Header()); err != nil {
+		return err
+	}
+	b, err := (*Server)(a).Backup(ctx)
+	if err != nil {
+		return (*api)(a).fail("Backup", err)
+	}
+	size := uint64(len(b))
+	for first := true; first || len(b) > 0; first = false {
+		n := min(len(b), backupChunk)
+		msg := &fencelockv1.BackupChunk{Data: b[:n]}
+		if first {
+			msg.Size = size
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
 }

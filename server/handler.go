@@ -107,7 +107,19 @@ func acquireRequest(m *fencelockv1.AcquireRequest) AcquireRequest {
 
 func acquireResponse(g fencelock.Grant) *fencelockv1.AcquireResponse {
 	return &fencelockv1.AcquireResponse{Grant: &fencelockv1.Grant{
-		Name: string(g.Name), Token: uint64(g.Token), LeaseId: string(g.LeaseID), Ttl: durationpb.New(g.TTL)}}
+		Name: string(g.Name), Token: uint64(g.Token), LeaseId: string(g.LeaseID), Ttl: durationpb.New(g.TTL),
+		Sequencer: g.Sequencer, ClusterId: g.ClusterID}}
+}
+
+// renew renews a grant and returns the answer, with a new sequencer.
+func (s *Server) renew(ctx context.Context, m *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
+	name, id, tok := fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)
+	ttl, err := s.Renew(ctx, name, id, tok)
+	if err != nil {
+		return nil, err
+	}
+	seq, _ := s.sequence(name, tok, id, ttl)
+	return &fencelockv1.RenewResponse{Ttl: durationpb.New(ttl), Sequencer: seq}, nil
 }
 
 func (a *api) Acquire(ctx context.Context, req *connect.Request[fencelockv1.AcquireRequest]) (*connect.Response[fencelockv1.AcquireResponse], error) {
@@ -119,12 +131,11 @@ func (a *api) Acquire(ctx context.Context, req *connect.Request[fencelockv1.Acqu
 }
 
 func (a *api) Renew(ctx context.Context, req *connect.Request[fencelockv1.RenewRequest]) (*connect.Response[fencelockv1.RenewResponse], error) {
-	m := req.Msg
-	ttl, err := (*Server)(a).Renew(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token))
+	resp, err := (*Server)(a).renew(ctx, req.Msg)
 	if err != nil {
 		return nil, a.fail("Renew", err)
 	}
-	return connect.NewResponse(&fencelockv1.RenewResponse{Ttl: durationpb.New(ttl)}), nil
+	return connect.NewResponse(resp), nil
 }
 
 func (a *api) Release(ctx context.Context, req *connect.Request[fencelockv1.ReleaseRequest]) (*connect.Response[fencelockv1.ReleaseResponse], error) {
@@ -178,4 +189,12 @@ func lockInfoMsg(li LockInfo) *fencelockv1.LockInfo {
 		m.Waiters = append(m.Waiters, &fencelockv1.Waiter{Holder: w.Holder, Ttl: durationpb.New(w.TTL)})
 	}
 	return m
+}
+
+func (a *api) CheckSequencer(ctx context.Context, req *connect.Request[fencelockv1.CheckSequencerRequest]) (*connect.Response[fencelockv1.CheckSequencerResponse], error) {
+	seq, current, tok, err := (*Server)(a).CheckSequencer(ctx, req.Msg.Sequencer)
+	if err != nil {
+		return nil, a.fail("CheckSequencer", err)
+	}
+	return connect.NewResponse(&fencelockv1.CheckSequencerResponse{Current: current, Name: string(seq.Lock), Token: uint64(tok)}), nil
 }

@@ -33,6 +33,8 @@ type Server struct {
 	claims *claims
 	// leaderCheck shares VerifyLeader rounds among concurrent renewals.
 	leaderCheck *leaderCheck
+	// signers caches the key that signs sequencers.
+	signers signerCache
 	// clock stamps Command.Now.
 	clock *cmdClock
 	// membership serialises membership changes: each checks the quorum the
@@ -282,6 +284,7 @@ func (s *Server) becomeReady(epoch uint64) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	s.ensureIdentity()
 	n, ok := s.leases.activate(epoch, s.fsm.Holders, time.Now())
 	if !ok {
 		return

@@ -90,6 +90,7 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	}
 	if err == nil {
 		s.claims.handed(cl)
+		g.Sequencer, g.ClusterID = s.sequence(g.Name, g.Token, g.LeaseID, g.TTL)
 	}
 	s.claims.detach(cl, a.grace, a.unknown)
 	return g, err

@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
@@ -172,12 +171,11 @@ func (a *api) run(ctx context.Context, c *fencelockv1.Call) *fencelockv1.Result 
 		}
 		r.Result = &fencelockv1.Result_Acquire{Acquire: acquireResponse(g)}
 	case *fencelockv1.Call_Renew:
-		m := op.Renew
-		ttl, err := s.Renew(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token))
+		resp, err := s.renew(ctx, op.Renew)
 		if err != nil {
 			return a.failed(c.Id, "Renew", err)
 		}
-		r.Result = &fencelockv1.Result_Renew{Renew: &fencelockv1.RenewResponse{Ttl: durationpb.New(ttl)}}
+		r.Result = &fencelockv1.Result_Renew{Renew: resp}
 	case *fencelockv1.Call_Release:
 		m := op.Release
 		if err := s.Release(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {

@@ -30,6 +30,113 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type CheckSequencerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sequencer     string                 `protobuf:"bytes,1,opt,name=sequencer,proto3" json:"sequencer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckSequencerRequest) Reset() {
+	*x = CheckSequencerRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckSequencerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckSequencerRequest) ProtoMessage() {}
+
+func (x *CheckSequencerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckSequencerRequest.ProtoReflect.Descriptor instead.
+func (*CheckSequencerRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CheckSequencerRequest) GetSequencer() string {
+	if x != nil {
+		return x.Sequencer
+	}
+	return ""
+}
+
+type CheckSequencerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True if the lock is held by the sequencer's grant (its token and
+	// lease), now, on the leader.
+	Current bool   `protobuf:"varint,1,opt,name=current,proto3" json:"current,omitempty"`
+	Name    string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The lock's current token; 0 if nobody holds it.
+	Token         uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckSequencerResponse) Reset() {
+	*x = CheckSequencerResponse{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckSequencerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckSequencerResponse) ProtoMessage() {}
+
+func (x *CheckSequencerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckSequencerResponse.ProtoReflect.Descriptor instead.
+func (*CheckSequencerResponse) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CheckSequencerResponse) GetCurrent() bool {
+	if x != nil {
+		return x.Current
+	}
+	return false
+}
+
+func (x *CheckSequencerResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CheckSequencerResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
 type SessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Calls []*Call                `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
@@ -42,7 +149,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +161,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[0]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +174,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{0}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SessionRequest) GetCalls() []*Call {
@@ -102,7 +209,7 @@ type Call struct {
 
 func (x *Call) Reset() {
 	*x = Call{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -114,7 +221,7 @@ func (x *Call) String() string {
 func (*Call) ProtoMessage() {}
 
 func (x *Call) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[1]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -127,7 +234,7 @@ func (x *Call) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Call.ProtoReflect.Descriptor instead.
 func (*Call) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{1}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Call) GetId() uint64 {
@@ -218,7 +325,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +337,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[2]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +350,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{2}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SessionResponse) GetResults() []*Result {
@@ -271,7 +378,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +390,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[3]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +403,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{3}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Result) GetId() uint64 {
@@ -407,7 +514,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +526,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[4]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +539,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{4}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Status) GetCode() string {
@@ -466,7 +573,7 @@ type CancelWaitRequest struct {
 
 func (x *CancelWaitRequest) Reset() {
 	*x = CancelWaitRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +585,7 @@ func (x *CancelWaitRequest) String() string {
 func (*CancelWaitRequest) ProtoMessage() {}
 
 func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[5]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +598,7 @@ func (x *CancelWaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWaitRequest.ProtoReflect.Descriptor instead.
 func (*CancelWaitRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{5}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CancelWaitRequest) GetName() string {
@@ -516,7 +623,7 @@ type CancelWaitResponse struct {
 
 func (x *CancelWaitResponse) Reset() {
 	*x = CancelWaitResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +635,7 @@ func (x *CancelWaitResponse) String() string {
 func (*CancelWaitResponse) ProtoMessage() {}
 
 func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[6]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +648,7 @@ func (x *CancelWaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelWaitResponse.ProtoReflect.Descriptor instead.
 func (*CancelWaitResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{6}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{8}
 }
 
 type AcquireRequest struct {
@@ -568,7 +675,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +687,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[7]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +700,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{7}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AcquireRequest) GetName() string {
@@ -644,15 +751,20 @@ type Grant struct {
 	// The fencing token: attach it to every write to the protected resource.
 	Token uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	// The ownership token: only for Renew and Release.
-	LeaseId       string               `protobuf:"bytes,3,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	LeaseId string               `protobuf:"bytes,3,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Ttl     *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// The grant's signed proof (package sequencer), for resources that
+	// verify it; valid until the lease ends unless renewed.
+	Sequencer string `protobuf:"bytes,5,opt,name=sequencer,proto3" json:"sequencer,omitempty"`
+	// The cluster that made the grant.
+	ClusterId     string `protobuf:"bytes,6,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +776,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[8]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +789,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{8}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Grant) GetName() string {
@@ -708,6 +820,20 @@ func (x *Grant) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *Grant) GetSequencer() string {
+	if x != nil {
+		return x.Sequencer
+	}
+	return ""
+}
+
+func (x *Grant) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
 type AcquireResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Grant         *Grant                 `protobuf:"bytes,1,opt,name=grant,proto3" json:"grant,omitempty"`
@@ -717,7 +843,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +855,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[9]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +868,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{9}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AcquireResponse) GetGrant() *Grant {
@@ -763,7 +889,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +901,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[10]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +914,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{10}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RenewRequest) GetName() string {
@@ -813,15 +939,17 @@ func (x *RenewRequest) GetToken() uint64 {
 }
 
 type RenewResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,1,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ttl   *durationpb.Duration   `protobuf:"bytes,1,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// A new sequencer, valid until the renewed lease ends.
+	Sequencer     string `protobuf:"bytes,2,opt,name=sequencer,proto3" json:"sequencer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +961,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[11]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +974,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{11}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenewResponse) GetTtl() *durationpb.Duration {
@@ -854,6 +982,13 @@ func (x *RenewResponse) GetTtl() *durationpb.Duration {
 		return x.Ttl
 	}
 	return nil
+}
+
+func (x *RenewResponse) GetSequencer() string {
+	if x != nil {
+		return x.Sequencer
+	}
+	return ""
 }
 
 type ReleaseRequest struct {
@@ -867,7 +1002,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1014,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[12]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1027,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{12}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseRequest) GetName() string {
@@ -924,7 +1059,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1071,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[13]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1084,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{13}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
 }
 
 type DescribeRequest struct {
@@ -961,7 +1096,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1108,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[14]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1121,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{14}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -1006,7 +1141,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1153,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[15]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1166,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{15}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Waiter) GetHolder() string {
@@ -1066,7 +1201,7 @@ type LockInfo struct {
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1213,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[16]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1226,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{16}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LockInfo) GetName() string {
@@ -1152,7 +1287,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1299,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[17]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1312,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{17}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DescribeResponse) GetLock() *LockInfo {
@@ -1200,7 +1335,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1347,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[18]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1360,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{18}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1259,7 +1394,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1271,7 +1406,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[19]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1284,7 +1419,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{19}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResponse) GetLocks() []*LockInfo {
@@ -1319,7 +1454,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1466,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[20]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1479,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{20}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ErrorDetail) GetCode() string {
@@ -1389,6 +1524,289 @@ func (x *ErrorDetail) GetLeader() string {
 	return ""
 }
 
+type KeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeysRequest) Reset() {
+	*x = KeysRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeysRequest) ProtoMessage() {}
+
+func (x *KeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeysRequest.ProtoReflect.Descriptor instead.
+func (*KeysRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{23}
+}
+
+type RotateKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateKeyRequest) Reset() {
+	*x = RotateKeyRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateKeyRequest) ProtoMessage() {}
+
+func (x *RotateKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{24}
+}
+
+type PublicKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Public        []byte                 `protobuf:"bytes,2,opt,name=public,proto3" json:"public,omitempty"`
+	Added         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=added,proto3" json:"added,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublicKey) Reset() {
+	*x = PublicKey{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublicKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublicKey) ProtoMessage() {}
+
+func (x *PublicKey) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublicKey.ProtoReflect.Descriptor instead.
+func (*PublicKey) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *PublicKey) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *PublicKey) GetPublic() []byte {
+	if x != nil {
+		return x.Public
+	}
+	return nil
+}
+
+func (x *PublicKey) GetAdded() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Added
+	}
+	return nil
+}
+
+type KeysResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// Oldest first; the last one signs.
+	Keys          []*PublicKey `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeysResponse) Reset() {
+	*x = KeysResponse{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeysResponse) ProtoMessage() {}
+
+func (x *KeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeysResponse.ProtoReflect.Descriptor instead.
+func (*KeysResponse) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *KeysResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *KeysResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *KeysResponse) GetKeys() []*PublicKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{27}
+}
+
+type BackupChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the backup file.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// The file's size, in the first chunk.
+	Size          uint64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupChunk) Reset() {
+	*x = BackupChunk{}
+	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupChunk) ProtoMessage() {}
+
+func (x *BackupChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
+func (*BackupChunk) Descriptor() ([]byte, []int) {
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *BackupChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *BackupChunk) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 type Member struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1402,7 +1820,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1832,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[21]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1845,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{21}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Member) GetId() string {
@@ -1473,7 +1891,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1903,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[22]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1916,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{22}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{30}
 }
 
 type StatusResponse struct {
@@ -1520,14 +1938,17 @@ type StatusResponse struct {
 	Ready bool `protobuf:"varint,12,opt,name=ready,proto3" json:"ready,omitempty"`
 	// The node's build, as "fencelock version" prints it: module version,
 	// VCS revision, Go version.
-	Version       string `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
+	Version   string `protobuf:"bytes,13,opt,name=version,proto3" json:"version,omitempty"`
+	ClusterId string `protobuf:"bytes,14,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The epoch of the tokens this cluster issues (0 until a restore).
+	Epoch         uint64 `protobuf:"varint,15,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1960,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[23]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1973,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{23}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -1646,6 +2067,20 @@ func (x *StatusResponse) GetVersion() string {
 	return ""
 }
 
+func (x *StatusResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type AddMemberRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1657,7 +2092,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +2104,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[24]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +2117,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{24}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AddMemberRequest) GetId() string {
@@ -1714,7 +2149,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +2161,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[25]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +2174,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{25}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{33}
 }
 
 type RemoveMemberRequest struct {
@@ -1751,7 +2186,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2198,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[26]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2211,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{26}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -1794,7 +2229,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +2241,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[27]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +2254,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{27}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{35}
 }
 
 type TransferLeaderRequest struct {
@@ -1831,7 +2266,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +2278,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[28]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +2291,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{28}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TransferLeaderRequest) GetId() string {
@@ -1875,7 +2310,7 @@ type TransferLeaderResponse struct {
 
 func (x *TransferLeaderResponse) Reset() {
 	*x = TransferLeaderResponse{}
-	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2322,7 @@ func (x *TransferLeaderResponse) String() string {
 func (*TransferLeaderResponse) ProtoMessage() {}
 
 func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencelock_v1_lock_proto_msgTypes[29]
+	mi := &file_fencelock_v1_lock_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2335,7 @@ func (x *TransferLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{29}
+	return file_fencelock_v1_lock_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TransferLeaderResponse) GetLeaderId() string {
@@ -1914,7 +2349,13 @@ var File_fencelock_v1_lock_proto protoreflect.FileDescriptor
 
 const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\n" +
-	"\x17fencelock/v1/lock.proto\x12\ffencelock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n" +
+	"\x17fencelock/v1/lock.proto\x12\ffencelock.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"5\n" +
+	"\x15CheckSequencerRequest\x12\x1c\n" +
+	"\tsequencer\x18\x01 \x01(\tR\tsequencer\"\\\n" +
+	"\x16CheckSequencerResponse\x12\x18\n" +
+	"\acurrent\x18\x01 \x01(\bR\acurrent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"R\n" +
 	"\x0eSessionRequest\x12(\n" +
 	"\x05calls\x18\x01 \x03(\v2\x12.fencelock.v1.CallR\x05calls\x12\x16\n" +
 	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\"\x88\x02\n" +
@@ -1954,20 +2395,24 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
 	"\x06holder\x18\x05 \x01(\tR\x06holder\x12\x1d\n" +
 	"\n" +
-	"keep_place\x18\x06 \x01(\bR\tkeepPlace\"y\n" +
+	"keep_place\x18\x06 \x01(\bR\tkeepPlace\"\xb6\x01\n" +
 	"\x05Grant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x19\n" +
 	"\blease_id\x18\x03 \x01(\tR\aleaseId\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"<\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1c\n" +
+	"\tsequencer\x18\x05 \x01(\tR\tsequencer\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x06 \x01(\tR\tclusterId\"<\n" +
 	"\x0fAcquireResponse\x12)\n" +
 	"\x05grant\x18\x01 \x01(\v2\x13.fencelock.v1.GrantR\x05grant\"S\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"<\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"Z\n" +
 	"\rRenewResponse\x12+\n" +
-	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"U\n" +
+	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1c\n" +
+	"\tsequencer\x18\x02 \x01(\tR\tsequencer\"U\n" +
 	"\x0eReleaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
@@ -2002,14 +2447,29 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x06holder\x18\x03 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\x04R\x05token\x124\n" +
 	"\aexpires\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x16\n" +
-	"\x06leader\x18\x06 \x01(\tR\x06leader\"~\n" +
+	"\x06leader\x18\x06 \x01(\tR\x06leader\"\r\n" +
+	"\vKeysRequest\"\x12\n" +
+	"\x10RotateKeyRequest\"e\n" +
+	"\tPublicKey\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06public\x18\x02 \x01(\fR\x06public\x120\n" +
+	"\x05added\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05added\"p\n" +
+	"\fKeysResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12+\n" +
+	"\x04keys\x18\x03 \x03(\v2\x17.fencelock.v1.PublicKeyR\x04keys\"\x0f\n" +
+	"\rBackupRequest\"5\n" +
+	"\vBackupChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x04R\x04size\"~\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\"\x0f\n" +
-	"\rStatusRequest\"\xc2\x03\n" +
+	"\rStatusRequest\"\xf7\x03\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -2025,7 +2485,10 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	" \x01(\v2\x19.google.protobuf.DurationR\vlastContact\x12.\n" +
 	"\amembers\x18\v \x03(\v2\x14.fencelock.v1.MemberR\amembers\x12\x14\n" +
 	"\x05ready\x18\f \x01(\bR\x05ready\x12\x18\n" +
-	"\aversion\x18\r \x01(\tR\aversion\"Z\n" +
+	"\aversion\x18\r \x01(\tR\aversion\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x0e \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05epoch\x18\x0f \x01(\x04R\x05epoch\"Z\n" +
 	"\x10AddMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -2037,7 +2500,7 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x15TransferLeaderRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"5\n" +
 	"\x16TransferLeaderResponse\x12\x1b\n" +
-	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\x86\x04\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId2\xe3\x04\n" +
 	"\vLockService\x12F\n" +
 	"\aAcquire\x12\x1c.fencelock.v1.AcquireRequest\x1a\x1d.fencelock.v1.AcquireResponse\x12@\n" +
 	"\x05Renew\x12\x1a.fencelock.v1.RenewRequest\x1a\x1b.fencelock.v1.RenewResponse\x12F\n" +
@@ -2046,12 +2509,16 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x04List\x12\x19.fencelock.v1.ListRequest\x1a\x1a.fencelock.v1.ListResponse\x12J\n" +
 	"\aSession\x12\x1c.fencelock.v1.SessionRequest\x1a\x1d.fencelock.v1.SessionResponse(\x010\x01\x12O\n" +
 	"\n" +
-	"CancelWait\x12\x1f.fencelock.v1.CancelWaitRequest\x1a .fencelock.v1.CancelWaitResponse2\xd7\x02\n" +
+	"CancelWait\x12\x1f.fencelock.v1.CancelWaitRequest\x1a .fencelock.v1.CancelWaitResponse\x12[\n" +
+	"\x0eCheckSequencer\x12#.fencelock.v1.CheckSequencerRequest\x1a$.fencelock.v1.CheckSequencerResponse2\xa3\x04\n" +
 	"\x0eClusterService\x12C\n" +
 	"\x06Status\x12\x1b.fencelock.v1.StatusRequest\x1a\x1c.fencelock.v1.StatusResponse\x12L\n" +
 	"\tAddMember\x12\x1e.fencelock.v1.AddMemberRequest\x1a\x1f.fencelock.v1.AddMemberResponse\x12U\n" +
 	"\fRemoveMember\x12!.fencelock.v1.RemoveMemberRequest\x1a\".fencelock.v1.RemoveMemberResponse\x12[\n" +
-	"\x0eTransferLeader\x12#.fencelock.v1.TransferLeaderRequest\x1a$.fencelock.v1.TransferLeaderResponseB?Z=github.com/fencelock/fencelock/proto/fencelock/v1;fencelockv1b\x06proto3"
+	"\x0eTransferLeader\x12#.fencelock.v1.TransferLeaderRequest\x1a$.fencelock.v1.TransferLeaderResponse\x12=\n" +
+	"\x04Keys\x12\x19.fencelock.v1.KeysRequest\x1a\x1a.fencelock.v1.KeysResponse\x12G\n" +
+	"\tRotateKey\x12\x1e.fencelock.v1.RotateKeyRequest\x1a\x1a.fencelock.v1.KeysResponse\x12B\n" +
+	"\x06Backup\x12\x1b.fencelock.v1.BackupRequest\x1a\x19.fencelock.v1.BackupChunk0\x01B?Z=github.com/fencelock/fencelock/proto/fencelock/v1;fencelockv1b\x06proto3"
 
 var (
 	file_fencelock_v1_lock_proto_rawDescOnce sync.Once
@@ -2065,96 +2532,114 @@ func file_fencelock_v1_lock_proto_rawDescGZIP() []byte {
 	return file_fencelock_v1_lock_proto_rawDescData
 }
 
-var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_fencelock_v1_lock_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_fencelock_v1_lock_proto_goTypes = []any{
-	(*SessionRequest)(nil),         // 0: fencelock.v1.SessionRequest
-	(*Call)(nil),                   // 1: fencelock.v1.Call
-	(*SessionResponse)(nil),        // 2: fencelock.v1.SessionResponse
-	(*Result)(nil),                 // 3: fencelock.v1.Result
-	(*Status)(nil),                 // 4: fencelock.v1.Status
-	(*CancelWaitRequest)(nil),      // 5: fencelock.v1.CancelWaitRequest
-	(*CancelWaitResponse)(nil),     // 6: fencelock.v1.CancelWaitResponse
-	(*AcquireRequest)(nil),         // 7: fencelock.v1.AcquireRequest
-	(*Grant)(nil),                  // 8: fencelock.v1.Grant
-	(*AcquireResponse)(nil),        // 9: fencelock.v1.AcquireResponse
-	(*RenewRequest)(nil),           // 10: fencelock.v1.RenewRequest
-	(*RenewResponse)(nil),          // 11: fencelock.v1.RenewResponse
-	(*ReleaseRequest)(nil),         // 12: fencelock.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 13: fencelock.v1.ReleaseResponse
-	(*DescribeRequest)(nil),        // 14: fencelock.v1.DescribeRequest
-	(*Waiter)(nil),                 // 15: fencelock.v1.Waiter
-	(*LockInfo)(nil),               // 16: fencelock.v1.LockInfo
-	(*DescribeResponse)(nil),       // 17: fencelock.v1.DescribeResponse
-	(*ListRequest)(nil),            // 18: fencelock.v1.ListRequest
-	(*ListResponse)(nil),           // 19: fencelock.v1.ListResponse
-	(*ErrorDetail)(nil),            // 20: fencelock.v1.ErrorDetail
-	(*Member)(nil),                 // 21: fencelock.v1.Member
-	(*StatusRequest)(nil),          // 22: fencelock.v1.StatusRequest
-	(*StatusResponse)(nil),         // 23: fencelock.v1.StatusResponse
-	(*AddMemberRequest)(nil),       // 24: fencelock.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 25: fencelock.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 26: fencelock.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),   // 27: fencelock.v1.RemoveMemberResponse
-	(*TransferLeaderRequest)(nil),  // 28: fencelock.v1.TransferLeaderRequest
-	(*TransferLeaderResponse)(nil), // 29: fencelock.v1.TransferLeaderResponse
-	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
+	(*CheckSequencerRequest)(nil),  // 0: fencelock.v1.CheckSequencerRequest
+	(*CheckSequencerResponse)(nil), // 1: fencelock.v1.CheckSequencerResponse
+	(*SessionRequest)(nil),         // 2: fencelock.v1.SessionRequest
+	(*Call)(nil),                   // 3: fencelock.v1.Call
+	(*SessionResponse)(nil),        // 4: fencelock.v1.SessionResponse
+	(*Result)(nil),                 // 5: fencelock.v1.Result
+	(*Status)(nil),                 // 6: fencelock.v1.Status
+	(*CancelWaitRequest)(nil),      // 7: fencelock.v1.CancelWaitRequest
+	(*CancelWaitResponse)(nil),     // 8: fencelock.v1.CancelWaitResponse
+	(*AcquireRequest)(nil),         // 9: fencelock.v1.AcquireRequest
+	(*Grant)(nil),                  // 10: fencelock.v1.Grant
+	(*AcquireResponse)(nil),        // 11: fencelock.v1.AcquireResponse
+	(*RenewRequest)(nil),           // 12: fencelock.v1.RenewRequest
+	(*RenewResponse)(nil),          // 13: fencelock.v1.RenewResponse
+	(*ReleaseRequest)(nil),         // 14: fencelock.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),        // 15: fencelock.v1.ReleaseResponse
+	(*DescribeRequest)(nil),        // 16: fencelock.v1.DescribeRequest
+	(*Waiter)(nil),                 // 17: fencelock.v1.Waiter
+	(*LockInfo)(nil),               // 18: fencelock.v1.LockInfo
+	(*DescribeResponse)(nil),       // 19: fencelock.v1.DescribeResponse
+	(*ListRequest)(nil),            // 20: fencelock.v1.ListRequest
+	(*ListResponse)(nil),           // 21: fencelock.v1.ListResponse
+	(*ErrorDetail)(nil),            // 22: fencelock.v1.ErrorDetail
+	(*KeysRequest)(nil),            // 23: fencelock.v1.KeysRequest
+	(*RotateKeyRequest)(nil),       // 24: fencelock.v1.RotateKeyRequest
+	(*PublicKey)(nil),              // 25: fencelock.v1.PublicKey
+	(*KeysResponse)(nil),           // 26: fencelock.v1.KeysResponse
+	(*BackupRequest)(nil),          // 27: fencelock.v1.BackupRequest
+	(*BackupChunk)(nil),            // 28: fencelock.v1.BackupChunk
+	(*Member)(nil),                 // 29: fencelock.v1.Member
+	(*StatusRequest)(nil),          // 30: fencelock.v1.StatusRequest
+	(*StatusResponse)(nil),         // 31: fencelock.v1.StatusResponse
+	(*AddMemberRequest)(nil),       // 32: fencelock.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 33: fencelock.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 34: fencelock.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),   // 35: fencelock.v1.RemoveMemberResponse
+	(*TransferLeaderRequest)(nil),  // 36: fencelock.v1.TransferLeaderRequest
+	(*TransferLeaderResponse)(nil), // 37: fencelock.v1.TransferLeaderResponse
+	(*durationpb.Duration)(nil),    // 38: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 39: google.protobuf.Timestamp
 }
 var file_fencelock_v1_lock_proto_depIdxs = []int32{
-	1,  // 0: fencelock.v1.SessionRequest.calls:type_name -> fencelock.v1.Call
-	7,  // 1: fencelock.v1.Call.acquire:type_name -> fencelock.v1.AcquireRequest
-	10, // 2: fencelock.v1.Call.renew:type_name -> fencelock.v1.RenewRequest
-	12, // 3: fencelock.v1.Call.release:type_name -> fencelock.v1.ReleaseRequest
-	5,  // 4: fencelock.v1.Call.cancel_wait:type_name -> fencelock.v1.CancelWaitRequest
-	3,  // 5: fencelock.v1.SessionResponse.results:type_name -> fencelock.v1.Result
-	9,  // 6: fencelock.v1.Result.acquire:type_name -> fencelock.v1.AcquireResponse
-	11, // 7: fencelock.v1.Result.renew:type_name -> fencelock.v1.RenewResponse
-	13, // 8: fencelock.v1.Result.release:type_name -> fencelock.v1.ReleaseResponse
-	6,  // 9: fencelock.v1.Result.cancel_wait:type_name -> fencelock.v1.CancelWaitResponse
-	4,  // 10: fencelock.v1.Result.error:type_name -> fencelock.v1.Status
-	20, // 11: fencelock.v1.Status.detail:type_name -> fencelock.v1.ErrorDetail
-	30, // 12: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
-	30, // 13: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	30, // 14: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
-	8,  // 15: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
-	30, // 16: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
-	30, // 17: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
-	31, // 18: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
-	30, // 19: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
-	15, // 20: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
-	31, // 21: fencelock.v1.LockInfo.acquired:type_name -> google.protobuf.Timestamp
-	16, // 22: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
-	16, // 23: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
-	31, // 24: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
-	30, // 25: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	21, // 26: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
-	7,  // 27: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
-	10, // 28: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
-	12, // 29: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
-	14, // 30: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
-	18, // 31: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
-	0,  // 32: fencelock.v1.LockService.Session:input_type -> fencelock.v1.SessionRequest
-	5,  // 33: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
-	22, // 34: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
-	24, // 35: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
-	26, // 36: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
-	28, // 37: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
-	9,  // 38: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
-	11, // 39: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
-	13, // 40: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
-	17, // 41: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
-	19, // 42: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
-	2,  // 43: fencelock.v1.LockService.Session:output_type -> fencelock.v1.SessionResponse
-	6,  // 44: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
-	23, // 45: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
-	25, // 46: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
-	27, // 47: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
-	29, // 48: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	3,  // 0: fencelock.v1.SessionRequest.calls:type_name -> fencelock.v1.Call
+	9,  // 1: fencelock.v1.Call.acquire:type_name -> fencelock.v1.AcquireRequest
+	12, // 2: fencelock.v1.Call.renew:type_name -> fencelock.v1.RenewRequest
+	14, // 3: fencelock.v1.Call.release:type_name -> fencelock.v1.ReleaseRequest
+	7,  // 4: fencelock.v1.Call.cancel_wait:type_name -> fencelock.v1.CancelWaitRequest
+	5,  // 5: fencelock.v1.SessionResponse.results:type_name -> fencelock.v1.Result
+	11, // 6: fencelock.v1.Result.acquire:type_name -> fencelock.v1.AcquireResponse
+	13, // 7: fencelock.v1.Result.renew:type_name -> fencelock.v1.RenewResponse
+	15, // 8: fencelock.v1.Result.release:type_name -> fencelock.v1.ReleaseResponse
+	8,  // 9: fencelock.v1.Result.cancel_wait:type_name -> fencelock.v1.CancelWaitResponse
+	6,  // 10: fencelock.v1.Result.error:type_name -> fencelock.v1.Status
+	22, // 11: fencelock.v1.Status.detail:type_name -> fencelock.v1.ErrorDetail
+	38, // 12: fencelock.v1.AcquireRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 13: fencelock.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	38, // 14: fencelock.v1.Grant.ttl:type_name -> google.protobuf.Duration
+	10, // 15: fencelock.v1.AcquireResponse.grant:type_name -> fencelock.v1.Grant
+	38, // 16: fencelock.v1.RenewResponse.ttl:type_name -> google.protobuf.Duration
+	38, // 17: fencelock.v1.Waiter.ttl:type_name -> google.protobuf.Duration
+	39, // 18: fencelock.v1.LockInfo.expires:type_name -> google.protobuf.Timestamp
+	38, // 19: fencelock.v1.LockInfo.ttl:type_name -> google.protobuf.Duration
+	17, // 20: fencelock.v1.LockInfo.waiters:type_name -> fencelock.v1.Waiter
+	39, // 21: fencelock.v1.LockInfo.acquired:type_name -> google.protobuf.Timestamp
+	18, // 22: fencelock.v1.DescribeResponse.lock:type_name -> fencelock.v1.LockInfo
+	18, // 23: fencelock.v1.ListResponse.locks:type_name -> fencelock.v1.LockInfo
+	39, // 24: fencelock.v1.ErrorDetail.expires:type_name -> google.protobuf.Timestamp
+	39, // 25: fencelock.v1.PublicKey.added:type_name -> google.protobuf.Timestamp
+	25, // 26: fencelock.v1.KeysResponse.keys:type_name -> fencelock.v1.PublicKey
+	38, // 27: fencelock.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	29, // 28: fencelock.v1.StatusResponse.members:type_name -> fencelock.v1.Member
+	9,  // 29: fencelock.v1.LockService.Acquire:input_type -> fencelock.v1.AcquireRequest
+	12, // 30: fencelock.v1.LockService.Renew:input_type -> fencelock.v1.RenewRequest
+	14, // 31: fencelock.v1.LockService.Release:input_type -> fencelock.v1.ReleaseRequest
+	16, // 32: fencelock.v1.LockService.Describe:input_type -> fencelock.v1.DescribeRequest
+	20, // 33: fencelock.v1.LockService.List:input_type -> fencelock.v1.ListRequest
+	2,  // 34: fencelock.v1.LockService.Session:input_type -> fencelock.v1.SessionRequest
+	7,  // 35: fencelock.v1.LockService.CancelWait:input_type -> fencelock.v1.CancelWaitRequest
+	0,  // 36: fencelock.v1.LockService.CheckSequencer:input_type -> fencelock.v1.CheckSequencerRequest
+	30, // 37: fencelock.v1.ClusterService.Status:input_type -> fencelock.v1.StatusRequest
+	32, // 38: fencelock.v1.ClusterService.AddMember:input_type -> fencelock.v1.AddMemberRequest
+	34, // 39: fencelock.v1.ClusterService.RemoveMember:input_type -> fencelock.v1.RemoveMemberRequest
+	36, // 40: fencelock.v1.ClusterService.TransferLeader:input_type -> fencelock.v1.TransferLeaderRequest
+	23, // 41: fencelock.v1.ClusterService.Keys:input_type -> fencelock.v1.KeysRequest
+	24, // 42: fencelock.v1.ClusterService.RotateKey:input_type -> fencelock.v1.RotateKeyRequest
+	27, // 43: fencelock.v1.ClusterService.Backup:input_type -> fencelock.v1.BackupRequest
+	11, // 44: fencelock.v1.LockService.Acquire:output_type -> fencelock.v1.AcquireResponse
+	13, // 45: fencelock.v1.LockService.Renew:output_type -> fencelock.v1.RenewResponse
+	15, // 46: fencelock.v1.LockService.Release:output_type -> fencelock.v1.ReleaseResponse
+	19, // 47: fencelock.v1.LockService.Describe:output_type -> fencelock.v1.DescribeResponse
+	21, // 48: fencelock.v1.LockService.List:output_type -> fencelock.v1.ListResponse
+	4,  // 49: fencelock.v1.LockService.Session:output_type -> fencelock.v1.SessionResponse
+	8,  // 50: fencelock.v1.LockService.CancelWait:output_type -> fencelock.v1.CancelWaitResponse
+	1,  // 51: fencelock.v1.LockService.CheckSequencer:output_type -> fencelock.v1.CheckSequencerResponse
+	31, // 52: fencelock.v1.ClusterService.Status:output_type -> fencelock.v1.StatusResponse
+	33, // 53: fencelock.v1.ClusterService.AddMember:output_type -> fencelock.v1.AddMemberResponse
+	35, // 54: fencelock.v1.ClusterService.RemoveMember:output_type -> fencelock.v1.RemoveMemberResponse
+	37, // 55: fencelock.v1.ClusterService.TransferLeader:output_type -> fencelock.v1.TransferLeaderResponse
+	26, // 56: fencelock.v1.ClusterService.Keys:output_type -> fencelock.v1.KeysResponse
+	26, // 57: fencelock.v1.ClusterService.RotateKey:output_type -> fencelock.v1.KeysResponse
+	28, // 58: fencelock.v1.ClusterService.Backup:output_type -> fencelock.v1.BackupChunk
+	44, // [44:59] is the sub-list for method output_type
+	29, // [29:44] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_fencelock_v1_lock_proto_init() }
@@ -2162,13 +2647,13 @@ func file_fencelock_v1_lock_proto_init() {
 	if File_fencelock_v1_lock_proto != nil {
 		return
 	}
-	file_fencelock_v1_lock_proto_msgTypes[1].OneofWrappers = []any{
+	file_fencelock_v1_lock_proto_msgTypes[3].OneofWrappers = []any{
 		(*Call_Acquire)(nil),
 		(*Call_Renew)(nil),
 		(*Call_Release)(nil),
 		(*Call_CancelWait)(nil),
 	}
-	file_fencelock_v1_lock_proto_msgTypes[3].OneofWrappers = []any{
+	file_fencelock_v1_lock_proto_msgTypes[5].OneofWrappers = []any{
 		(*Result_Acquire)(nil),
 		(*Result_Renew)(nil),
 		(*Result_Release)(nil),
@@ -2181,7 +2666,7 @@ func file_fencelock_v1_lock_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fencelock_v1_lock_proto_rawDesc), len(file_fencelock_v1_lock_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

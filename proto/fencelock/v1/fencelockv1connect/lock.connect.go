@@ -56,6 +56,9 @@ const (
 	LockServiceSessionProcedure = "/fencelock.v1.LockService/Session"
 	// LockServiceCancelWaitProcedure is the fully-qualified name of the LockService's CancelWait RPC.
 	LockServiceCancelWaitProcedure = "/fencelock.v1.LockService/CancelWait"
+	// LockServiceCheckSequencerProcedure is the fully-qualified name of the LockService's
+	// CheckSequencer RPC.
+	LockServiceCheckSequencerProcedure = "/fencelock.v1.LockService/CheckSequencer"
 	// ClusterServiceStatusProcedure is the fully-qualified name of the ClusterService's Status RPC.
 	ClusterServiceStatusProcedure = "/fencelock.v1.ClusterService/Status"
 	// ClusterServiceAddMemberProcedure is the fully-qualified name of the ClusterService's AddMember
@@ -67,6 +70,13 @@ const (
 	// ClusterServiceTransferLeaderProcedure is the fully-qualified name of the ClusterService's
 	// TransferLeader RPC.
 	ClusterServiceTransferLeaderProcedure = "/fencelock.v1.ClusterService/TransferLeader"
+	// ClusterServiceKeysProcedure is the fully-qualified name of the ClusterService's Keys RPC.
+	ClusterServiceKeysProcedure = "/fencelock.v1.ClusterService/Keys"
+	// ClusterServiceRotateKeyProcedure is the fully-qualified name of the ClusterService's RotateKey
+	// RPC.
+	ClusterServiceRotateKeyProcedure = "/fencelock.v1.ClusterService/RotateKey"
+	// ClusterServiceBackupProcedure is the fully-qualified name of the ClusterService's Backup RPC.
+	ClusterServiceBackupProcedure = "/fencelock.v1.ClusterService/Backup"
 )
 
 // LockServiceClient is a client for the fencelock.v1.LockService service.
@@ -102,6 +112,10 @@ type LockServiceClient interface {
 	// waiter is granted. Errors: not_found (nothing waits or holds under that
 	// request id).
 	CancelWait(context.Context, *connect.Request[v1.CancelWaitRequest]) (*connect.Response[v1.CancelWaitResponse], error)
+	// CheckSequencer tells whether a sequencer's grant is still the lock's
+	// current one: for a resource that can afford a round trip. A sequencer
+	// this cluster did not sign is refused with invalid_sequencer.
+	CheckSequencer(context.Context, *connect.Request[v1.CheckSequencerRequest]) (*connect.Response[v1.CheckSequencerResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the fencelock.v1.LockService service. By default, it
@@ -157,18 +171,25 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("CancelWait")),
 			connect.WithClientOptions(opts...),
 		),
+		checkSequencer: connect.NewClient[v1.CheckSequencerRequest, v1.CheckSequencerResponse](
+			httpClient,
+			baseURL+LockServiceCheckSequencerProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("CheckSequencer")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // lockServiceClient implements LockServiceClient.
 type lockServiceClient struct {
-	acquire    *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	renew      *connect.Client[v1.RenewRequest, v1.RenewResponse]
-	release    *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	describe   *connect.Client[v1.DescribeRequest, v1.DescribeResponse]
-	list       *connect.Client[v1.ListRequest, v1.ListResponse]
-	session    *connect.Client[v1.SessionRequest, v1.SessionResponse]
-	cancelWait *connect.Client[v1.CancelWaitRequest, v1.CancelWaitResponse]
+	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	renew          *connect.Client[v1.RenewRequest, v1.RenewResponse]
+	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	describe       *connect.Client[v1.DescribeRequest, v1.DescribeResponse]
+	list           *connect.Client[v1.ListRequest, v1.ListResponse]
+	session        *connect.Client[v1.SessionRequest, v1.SessionResponse]
+	cancelWait     *connect.Client[v1.CancelWaitRequest, v1.CancelWaitResponse]
+	checkSequencer *connect.Client[v1.CheckSequencerRequest, v1.CheckSequencerResponse]
 }
 
 // Acquire calls fencelock.v1.LockService.Acquire.
@@ -206,6 +227,11 @@ func (c *lockServiceClient) CancelWait(ctx context.Context, req *connect.Request
 	return c.cancelWait.CallUnary(ctx, req)
 }
 
+// CheckSequencer calls fencelock.v1.LockService.CheckSequencer.
+func (c *lockServiceClient) CheckSequencer(ctx context.Context, req *connect.Request[v1.CheckSequencerRequest]) (*connect.Response[v1.CheckSequencerResponse], error) {
+	return c.checkSequencer.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the fencelock.v1.LockService service.
 type LockServiceHandler interface {
 	// Acquire grants the lock or, with wait > 0, queues the caller in FIFO order
@@ -239,6 +265,10 @@ type LockServiceHandler interface {
 	// waiter is granted. Errors: not_found (nothing waits or holds under that
 	// request id).
 	CancelWait(context.Context, *connect.Request[v1.CancelWaitRequest]) (*connect.Response[v1.CancelWaitResponse], error)
+	// CheckSequencer tells whether a sequencer's grant is still the lock's
+	// current one: for a resource that can afford a round trip. A sequencer
+	// this cluster did not sign is refused with invalid_sequencer.
+	CheckSequencer(context.Context, *connect.Request[v1.CheckSequencerRequest]) (*connect.Response[v1.CheckSequencerResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -290,6 +320,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("CancelWait")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceCheckSequencerHandler := connect.NewUnaryHandler(
+		LockServiceCheckSequencerProcedure,
+		svc.CheckSequencer,
+		connect.WithSchema(lockServiceMethods.ByName("CheckSequencer")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/fencelock.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceAcquireProcedure:
@@ -306,6 +342,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceSessionHandler.ServeHTTP(w, r)
 		case LockServiceCancelWaitProcedure:
 			lockServiceCancelWaitHandler.ServeHTTP(w, r)
+		case LockServiceCheckSequencerProcedure:
+			lockServiceCheckSequencerHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -343,6 +381,10 @@ func (UnimplementedLockServiceHandler) CancelWait(context.Context, *connect.Requ
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.LockService.CancelWait is not implemented"))
 }
 
+func (UnimplementedLockServiceHandler) CheckSequencer(context.Context, *connect.Request[v1.CheckSequencerRequest]) (*connect.Response[v1.CheckSequencerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.LockService.CheckSequencer is not implemented"))
+}
+
 // ClusterServiceClient is a client for the fencelock.v1.ClusterService service.
 type ClusterServiceClient interface {
 	// Status returns this node's view: its state, the leader, term, indexes
@@ -357,6 +399,15 @@ type ClusterServiceClient interface {
 	// TransferLeader hands leadership to the given member, or to any up-to-date
 	// follower when id is empty.
 	TransferLeader(context.Context, *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error)
+	// Keys returns the cluster's id, token epoch and public signing keys,
+	// for resources that verify sequencers.
+	Keys(context.Context, *connect.Request[v1.KeysRequest]) (*connect.Response[v1.KeysResponse], error)
+	// RotateKey adds a new signing key; sequencers of the previous key stay
+	// valid, those of the one before are refused from then on.
+	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.KeysResponse], error)
+	// Backup streams a snapshot of the whole state from the leader (it holds
+	// the signing keys: keep it as secret as they are).
+	Backup(context.Context, *connect.Request[v1.BackupRequest]) (*connect.ServerStreamForClient[v1.BackupChunk], error)
 }
 
 // NewClusterServiceClient constructs a client for the fencelock.v1.ClusterService service. By
@@ -394,6 +445,24 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(clusterServiceMethods.ByName("TransferLeader")),
 			connect.WithClientOptions(opts...),
 		),
+		keys: connect.NewClient[v1.KeysRequest, v1.KeysResponse](
+			httpClient,
+			baseURL+ClusterServiceKeysProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Keys")),
+			connect.WithClientOptions(opts...),
+		),
+		rotateKey: connect.NewClient[v1.RotateKeyRequest, v1.KeysResponse](
+			httpClient,
+			baseURL+ClusterServiceRotateKeyProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("RotateKey")),
+			connect.WithClientOptions(opts...),
+		),
+		backup: connect.NewClient[v1.BackupRequest, v1.BackupChunk](
+			httpClient,
+			baseURL+ClusterServiceBackupProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Backup")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -403,6 +472,9 @@ type clusterServiceClient struct {
 	addMember      *connect.Client[v1.AddMemberRequest, v1.AddMemberResponse]
 	removeMember   *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
 	transferLeader *connect.Client[v1.TransferLeaderRequest, v1.TransferLeaderResponse]
+	keys           *connect.Client[v1.KeysRequest, v1.KeysResponse]
+	rotateKey      *connect.Client[v1.RotateKeyRequest, v1.KeysResponse]
+	backup         *connect.Client[v1.BackupRequest, v1.BackupChunk]
 }
 
 // Status calls fencelock.v1.ClusterService.Status.
@@ -425,6 +497,21 @@ func (c *clusterServiceClient) TransferLeader(ctx context.Context, req *connect.
 	return c.transferLeader.CallUnary(ctx, req)
 }
 
+// Keys calls fencelock.v1.ClusterService.Keys.
+func (c *clusterServiceClient) Keys(ctx context.Context, req *connect.Request[v1.KeysRequest]) (*connect.Response[v1.KeysResponse], error) {
+	return c.keys.CallUnary(ctx, req)
+}
+
+// RotateKey calls fencelock.v1.ClusterService.RotateKey.
+func (c *clusterServiceClient) RotateKey(ctx context.Context, req *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.KeysResponse], error) {
+	return c.rotateKey.CallUnary(ctx, req)
+}
+
+// Backup calls fencelock.v1.ClusterService.Backup.
+func (c *clusterServiceClient) Backup(ctx context.Context, req *connect.Request[v1.BackupRequest]) (*connect.ServerStreamForClient[v1.BackupChunk], error) {
+	return c.backup.CallServerStream(ctx, req)
+}
+
 // ClusterServiceHandler is an implementation of the fencelock.v1.ClusterService service.
 type ClusterServiceHandler interface {
 	// Status returns this node's view: its state, the leader, term, indexes
@@ -439,6 +526,15 @@ type ClusterServiceHandler interface {
 	// TransferLeader hands leadership to the given member, or to any up-to-date
 	// follower when id is empty.
 	TransferLeader(context.Context, *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error)
+	// Keys returns the cluster's id, token epoch and public signing keys,
+	// for resources that verify sequencers.
+	Keys(context.Context, *connect.Request[v1.KeysRequest]) (*connect.Response[v1.KeysResponse], error)
+	// RotateKey adds a new signing key; sequencers of the previous key stay
+	// valid, those of the one before are refused from then on.
+	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.KeysResponse], error)
+	// Backup streams a snapshot of the whole state from the leader (it holds
+	// the signing keys: keep it as secret as they are).
+	Backup(context.Context, *connect.Request[v1.BackupRequest], *connect.ServerStream[v1.BackupChunk]) error
 }
 
 // NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -472,6 +568,24 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithSchema(clusterServiceMethods.ByName("TransferLeader")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServiceKeysHandler := connect.NewUnaryHandler(
+		ClusterServiceKeysProcedure,
+		svc.Keys,
+		connect.WithSchema(clusterServiceMethods.ByName("Keys")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceRotateKeyHandler := connect.NewUnaryHandler(
+		ClusterServiceRotateKeyProcedure,
+		svc.RotateKey,
+		connect.WithSchema(clusterServiceMethods.ByName("RotateKey")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceBackupHandler := connect.NewServerStreamHandler(
+		ClusterServiceBackupProcedure,
+		svc.Backup,
+		connect.WithSchema(clusterServiceMethods.ByName("Backup")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/fencelock.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterServiceStatusProcedure:
@@ -482,6 +596,12 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 			clusterServiceRemoveMemberHandler.ServeHTTP(w, r)
 		case ClusterServiceTransferLeaderProcedure:
 			clusterServiceTransferLeaderHandler.ServeHTTP(w, r)
+		case ClusterServiceKeysProcedure:
+			clusterServiceKeysHandler.ServeHTTP(w, r)
+		case ClusterServiceRotateKeyProcedure:
+			clusterServiceRotateKeyHandler.ServeHTTP(w, r)
+		case ClusterServiceBackupProcedure:
+			clusterServiceBackupHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -505,4 +625,16 @@ func (UnimplementedClusterServiceHandler) RemoveMember(context.Context, *connect
 
 func (UnimplementedClusterServiceHandler) TransferLeader(context.Context, *connect.Request[v1.TransferLeaderRequest]) (*connect.Response[v1.TransferLeaderResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.ClusterService.TransferLeader is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Keys(context.Context, *connect.Request[v1.KeysRequest]) (*connect.Response[v1.KeysResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.ClusterService.Keys is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.KeysResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.ClusterService.RotateKey is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Backup(context.Context, *connect.Request[v1.BackupRequest], *connect.ServerStream[v1.BackupChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("fencelock.v1.ClusterService.Backup is not implemented"))
 }

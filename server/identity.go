@@ -1,0 +1,122 @@
+package server
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/sequencer"
+)
+
+// signer is the private key that signs sequencers, derived once per key.
+type signer struct {
+	clusterID string
+	keyID     string
+	key       ed25519.PrivateKey
+}
+
+// signerCache holds the signer of the FSM's current key.
+type signerCache struct{ p atomic.Pointer[signer] }
+
+// get returns the signer of f's current key, or nil if f has none.
+func (c *signerCache) get(f *fsm.FSM) *signer {
+	cluster, k, ok := f.Signer()
+	if !ok {
+		return nil
+	}
+	if s := c.p.Load(); s != nil && s.keyID == k.ID && s.clusterID == cluster {
+		return s
+	}
+	s := &signer{clusterID: cluster, keyID: k.ID, key: ed25519.NewKeyFromSeed(k.Seed)}
+	c.p.Store(s)
+	return s
+}
+
+// newKey draws a signing key: its id and seed.
+func newKey() (string, []byte) {
+	var id [8]byte
+	seed := make([]byte, ed25519.SeedSize)
+	_, _ = rand.Read(id[:])
+	_, _ = rand.Read(seed)
+	return hex.EncodeToString(id[:]), seed
+}
+
+// ensureIdentity gives a cluster that has none its id and first signing
+// key. The first leader does it, before it is ready, so that every grant
+// it makes carries a sequencer; a restored cluster keeps its own.
+func (s *Server) ensureIdentity() {
+	if id := s.fsm.Identity(); id.ClusterID != "" {
+		return
+	}
+	var cid [16]byte
+	_, _ = rand.Read(cid[:])
+	keyID, seed := newKey()
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+	defer cancel()
+	cmd := fsm.Command{Op: fsm.OpSetIdentity, RequestID: hex.EncodeToString(cid[:]), Holder: keyID, LeaseID: fencelock.LeaseID(seed)}
+	if _, err := s.Apply(ctx, cmd); err != nil {
+		s.log.Warn("set the cluster's identity failed; grants carry no sequencer until the next election", "err", err)
+		return
+	}
+	s.log.Info("cluster identity set", "cluster_id", s.fsm.Identity().ClusterID)
+}
+
+// RotateKey adds a new signing key. Sequencers of the previous key stay
+// valid; those of older keys are refused from then on.
+func (s *Server) RotateKey(ctx context.Context) (fsm.Identity, error) {
+	keyID, seed := newKey()
+	if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRotateKey, Holder: keyID, LeaseID: fencelock.LeaseID(seed)}); err != nil {
+		return fsm.Identity{}, err
+	}
+	return s.fsm.Identity(), nil
+}
+
+// sequence returns the sequencer of a grant or renewal made now with ttl,
+// and the cluster id; "" for both before the cluster has a key.
+func (s *Server) sequence(name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration) (string, string) {
+	sg := s.signers.get(s.fsm)
+	if sg == nil {
+		return "", ""
+	}
+	now := time.Now()
+	seq := sequencer.Sequencer{Lock: name, Token: token, ClusterID: sg.clusterID, KeyID: sg.keyID,
+		LeaseHash: sequencer.LeaseHash(lease), Issued: now, LeaseEnd: now.Add(ttl)}
+	return sequencer.Sign(seq, sg.key), sg.clusterID
+}
+
+// Verifier returns a sequencer.Verifier that trusts the cluster's keys.
+func (s *Server) Verifier() *sequencer.Verifier {
+	id := s.fsm.Identity()
+	v := &sequencer.Verifier{}
+	for _, k := range id.Keys {
+		pub := ed25519.NewKeyFromSeed(k.Seed).Public().(ed25519.PublicKey)
+		v.Keys = append(v.Keys, sequencer.Key{ClusterID: id.ClusterID, ID: k.ID, Public: pub})
+	}
+	return v
+}
+
+// CheckSequencer verifies text's signature with the cluster's keys (its
+// lease end aside) and reports whether its grant is the lock's current
+// one, on the leader after a barrier, with the lock's current token.
+func (s *Server) CheckSequencer(ctx context.Context, text string) (seq sequencer.Sequencer, current bool, token fencelock.Token, err error) {
+	v := s.Verifier()
+	v.Now = func() time.Time { return time.Time{} } // the question is the grant, not the lease end
+	if seq, err = v.Verify(text, ""); err != nil {
+		return seq, false, 0, err
+	}
+	if err := s.linearize(ctx); err != nil {
+		return seq, false, 0, fmt.Errorf("check sequencer: %w", err)
+	}
+	l, ok := s.fsm.Get(seq.Lock)
+	if !ok || l.Holder == nil {
+		return seq, false, 0, nil
+	}
+	h := l.Holder
+	return seq, h.Token == seq.Token && sequencer.LeaseHash(h.LeaseID) == seq.LeaseHash, h.Token, nil
+}
