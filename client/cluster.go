@@ -40,6 +40,8 @@ type NodeStatus struct {
 	LastContact       time.Duration `json:"last_contact"`
 	Members           []Member      `json:"members"`
 	Version           string        `json:"version,omitempty"` // the node's build (fencelock version)
+	ClusterID         string        `json:"cluster_id,omitempty"`
+	Epoch             uint64        `json:"epoch"` // of the tokens the cluster issues
 }
 
 // Status asks the node at addr (host:port or URL; it need not be one of the
@@ -56,7 +58,8 @@ func (c *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
 	m := resp.Msg
 	st := NodeStatus{ID: m.Id, State: m.State, Ready: m.Ready, LeaderID: m.LeaderId, LeaderAPI: m.LeaderApi, Term: m.Term,
 		CommitIndex: m.CommitIndex, AppliedIndex: m.AppliedIndex, LastLogIndex: m.LastLogIndex,
-		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration(), Version: m.Version}
+		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration(), Version: m.Version,
+		ClusterID: m.ClusterId, Epoch: m.Epoch}
 	for _, mm := range m.Members {
 		st.Members = append(st.Members, Member{ID: mm.Id, RaftAddr: mm.RaftAddr, APIAddr: mm.ApiAddr, Voter: mm.Voter, Leader: mm.Leader})
 	}

@@ -41,7 +41,7 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Var(wait, "wait", "how long to wait for the lock: a duration, 0 to fail at once if held, or forever")
 	holder := fs.String("holder", "", "label of the grant, shown by describe (default host/pid)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	asEnv := fs.Bool("env", false, "print an export line for a shell: eval \"$(fencelock acquire NAME --env)\" sets FENCELOCK_LOCK, FENCELOCK_TOKEN and FENCELOCK_LEASE_ID, which renew and release read")
+	asEnv := fs.Bool("env", false, "print an export line for a shell: eval \"$(fencelock acquire NAME --env)\" sets FENCELOCK_LOCK, FENCELOCK_TOKEN, FENCELOCK_LEASE_ID (which renew and release read) and FENCELOCK_SEQUENCER")
 	name, rest, err := splitName(fs, args)
 	if err != nil {
 		return err
@@ -64,13 +64,13 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	g := grantJSON{Name: name, Token: l.Token(), LeaseID: l.LeaseID(), TTL: l.TTL().String()}
+	g := grantJSON{Name: name, Token: l.Token(), LeaseID: l.LeaseID(), TTL: l.TTL().String(), Sequencer: l.Sequencer(), ClusterID: l.ClusterID()}
 	switch {
 	case *asJSON:
 		return json.NewEncoder(stdout).Encode(g)
 	case *asEnv:
-		_, err := fmt.Fprintf(stdout, "export FENCELOCK_LOCK=%s FENCELOCK_TOKEN=%d FENCELOCK_LEASE_ID=%s\n",
-			shellQuote(name), g.Token, shellQuote(string(g.LeaseID)))
+		_, err := fmt.Fprintf(stdout, "export FENCELOCK_LOCK=%s FENCELOCK_TOKEN=%d FENCELOCK_LEASE_ID=%s FENCELOCK_SEQUENCER=%s\n",
+			shellQuote(name), g.Token, shellQuote(string(g.LeaseID)), shellQuote(g.Sequencer))
 		return err
 	}
 	fmt.Fprintf(stdout, "lock=%s token=%d lease_id=%s ttl=%s\n", g.Name, g.Token, g.LeaseID, g.TTL)
@@ -91,10 +91,12 @@ func acquireOptions(wait *waitFlag, ttl time.Duration, holder string) []client.O
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 type grantJSON struct {
-	Name    string            `json:"name"`
-	Token   fencelock.Token   `json:"token"`
-	LeaseID fencelock.LeaseID `json:"lease_id"`
-	TTL     string            `json:"ttl"`
+	Name      string            `json:"name"`
+	Token     fencelock.Token   `json:"token"`
+	LeaseID   fencelock.LeaseID `json:"lease_id"`
+	TTL       string            `json:"ttl"`
+	Sequencer string            `json:"sequencer,omitempty"`
+	ClusterID string            `json:"cluster_id,omitempty"`
 }
 
 // grantFlags adds --lease-id and --token, defaulting to the environment a

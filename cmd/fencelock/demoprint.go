@@ -32,8 +32,16 @@ func wantColor(mode string, w io.Writer) bool {
 	case "never":
 		return false
 	}
+	if os.Getenv("NO_COLOR") != "" {
+		return false
+	}
+	return isTerminal(w)
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok || os.Getenv("NO_COLOR") != "" {
+	if !ok {
 		return false
 	}
 	fi, err := f.Stat()

@@ -20,8 +20,9 @@ import (
 func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("lock", "lock NAME [flags] -- COMMAND [ARGS...]\n\n"+
 		"Runs COMMAND while holding lock NAME, like etcdctl lock or consul lock.\n"+
-		"COMMAND gets FENCELOCK_LOCK, FENCELOCK_TOKEN and FENCELOCK_LEASE_ID in its\n"+
-		"environment: attach FENCELOCK_TOKEN to every write it makes. If the lease\n"+
+		"COMMAND gets FENCELOCK_LOCK, FENCELOCK_TOKEN, FENCELOCK_LEASE_ID and\n"+
+		"FENCELOCK_SEQUENCER (the grant's signed proof, valid for the first lease)\n"+
+		"in its environment: attach FENCELOCK_TOKEN to every write it makes. If the lease\n"+
 		"is lost, COMMAND gets SIGTERM (then SIGKILL after --kill-after). The lock\n"+
 		"is released when COMMAND exits; fencelock exits with COMMAND's status (a\n"+
 		"COMMAND stopped by the SIGTERM of a lost lease: 143, or its own).\n\n"+
@@ -71,7 +72,8 @@ func runLock(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cmd.Env = append(os.Environ(),
 		"FENCELOCK_LOCK="+name,
 		"FENCELOCK_TOKEN="+l.Token().String(),
-		"FENCELOCK_LEASE_ID="+string(l.LeaseID()))
+		"FENCELOCK_LEASE_ID="+string(l.LeaseID()),
+		"FENCELOCK_SEQUENCER="+l.Sequencer())
 	// On a terminal COMMAND stays in the terminal's process group, so that
 	// it can read from it and Ctrl-C reaches it directly; elsewhere (cron,
 	// a service manager, a script) it leads a group of its own, so that a

@@ -29,6 +29,8 @@ Service:
   members    list, add or remove voters; transfer leadership
   verify     prove fencing under faults: Jepsen-style scenarios, histories, checkers
   conformance  check an HTTP service's fencing against the cases every resource passes
+  snapshot   back up the state (save), look into a backup (inspect), seed a new cluster (restore)
+  keys       print the cluster's id and public signing keys; rotate the signing key
   version    print the version and the revision it was built from
 
 Locks:
@@ -75,6 +77,8 @@ var commands = map[string]command{
 	"status":      runStatus,
 	"verify":      runVerify,
 	"conformance": runConformance,
+	"snapshot":    runSnapshot,
+	"keys":        runKeys,
 	"version":     runVersion,
 }
 

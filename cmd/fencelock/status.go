@@ -75,7 +75,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return degraded(nodes)
 	}
-	fmt.Fprintf(stdout, "leader: %s   term: %d   members: %d\n\n", orNone(first.LeaderID), first.Term, len(first.Members))
+	fmt.Fprintf(stdout, "leader: %s   term: %d   members: %d   cluster: %s   epoch: %d\n\n",
+		orNone(first.LeaderID), first.Term, len(first.Members), orNone(first.ClusterID), first.Epoch)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tAPI\tRAFT\tSTATE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT\tVERSION\tHEALTH")
 	for _, n := range nodes {

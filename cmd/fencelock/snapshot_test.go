@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/sequencer"
+)
+
+// grantAndRelease takes and releases lock n times through addrs and returns
+// the last token.
+func grantAndRelease(t *testing.T, addrs []string, lock string, n int) fencelock.Token {
+	t.Helper()
+	c, err := client.New(addrs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var last fencelock.Token
+	for range n {
+		l, err := c.Acquire(t.Context(), lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = l.Token()
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return last
+}
+
+// TestSnapshot_RestoredTokensAreAboveEveryOldToken: tokens up to T1, a
+// backup, more tokens up to T2, the cluster wiped, the backup restored
+// into fresh data dirs (one node, then three): the first new token is above
+// T2, and a resource that accepted T2 accepts it.
+func TestSnapshot_RestoredTokensAreAboveEveryOldToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	old := testproc.StartServer(t)
+	t1 := grantAndRelease(t, []string{old.Addr}, "reports", 3)
+	file := filepath.Join(t.TempDir(), "backup.fls")
+	out, code := testproc.Run(ctx, t, nil, "snapshot", "save", file, "--server", old.Addr)
+	if code != 0 || !strings.Contains(out, "saved "+file) {
+		t.Fatalf("snapshot save exited %d:\n%s", code, out)
+	}
+	t2 := grantAndRelease(t, []string{old.Addr}, "reports", 5)
+	if t2 <= t1 {
+		t.Fatalf("T2 %d not above T1 %d", t2, t1)
+	}
+	res := &fence.MemoryResource{}
+	if _, err := res.Put(ctx, "reports", t2, "report.pdf", []byte("T2")); err != nil {
+		t.Fatal(err)
+	}
+	old.Kill9()
+	if err := os.RemoveAll(old.DataDir); err != nil {
+		t.Fatal(err)
+	}
+
+	out, code = testproc.Run(ctx, t, nil, "snapshot", "inspect", file, "--json")
+	if code != 0 || !strings.Contains(out, `"epoch":0`) {
+		t.Fatalf("snapshot inspect exited %d:\n%s", code, out)
+	}
+
+	// One node.
+	one := testproc.AttachServer(t, &testproc.Server{Addr: testproc.FreeAddr(t), RaftAddr: testproc.FreeAddr(t), DataDir: t.TempDir()})
+	out, code = testproc.Run(ctx, t, nil, "snapshot", "restore", file, "--data-dir", one.DataDir, "--raft-addr", one.RaftAddr)
+	if code != 0 || !strings.Contains(out, "epoch 1") {
+		t.Fatalf("snapshot restore exited %d:\n%s", code, out)
+	}
+	one.Start()
+	checkNewEra(t, []string{one.Addr}, res, t2)
+	one.Kill9()
+
+	// Three nodes, each restored from the same backup with the same voters.
+	var nodes []*testproc.Server
+	var boot []string
+	for i := range 3 {
+		s := testproc.AttachServer(t, &testproc.Server{Addr: testproc.FreeAddr(t), RaftAddr: testproc.FreeAddr(t), DataDir: t.TempDir(),
+			Follower: true, Args: append([]string{"--node-id", testproc.NodeID(i)}, testproc.DefaultClusterFlags...)})
+		nodes = append(nodes, s)
+		boot = append(boot, testproc.NodeID(i)+"="+s.RaftAddr)
+	}
+	var addrs []string
+	for i, s := range nodes {
+		out, code = testproc.Run(ctx, t, nil, "snapshot", "restore", file, "--data-dir", s.DataDir,
+			"--node-id", testproc.NodeID(i), "--raft-addr", s.RaftAddr, "--bootstrap", strings.Join(boot, ","))
+		if code != 0 {
+			t.Fatalf("snapshot restore of %s exited %d:\n%s", testproc.NodeID(i), code, out)
+		}
+		s.Start()
+		addrs = append(addrs, s.Addr)
+	}
+	checkNewEra(t, addrs, res, t2)
+}
+
+// checkNewEra acquires "reports" on the restored cluster: its token must be
+// above t2, res must accept it, and its sequencer must verify with the
+// cluster's keys.
+func checkNewEra(t *testing.T, addrs []string, res *fence.MemoryResource, t2 fencelock.Token) {
+	t.Helper()
+	c, err := client.New(addrs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "reports")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.WithoutCancel(ctx))
+	if l.Token() <= t2 || l.Token().Epoch() != 1 {
+		t.Fatalf("the restored cluster's first token %d (epoch %d), want above %d, in epoch 1", l.Token(), l.Token().Epoch(), t2)
+	}
+	if _, err := res.Put(ctx, "reports", l.Token(), "report.pdf", []byte(fmt.Sprint(l.Token()))); err != nil {
+		t.Fatalf("the resource that accepted T2 refused the new token: %v", err)
+	}
+	if _, err := res.Put(ctx, "reports", t2, "report.pdf", []byte("T2 again")); !errors.Is(err, fencelock.ErrStaleToken) {
+		t.Fatalf("T2 after the new token: %v, want stale", err)
+	}
+	keys, err := c.Keys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&sequencer.Verifier{Keys: keys.Keys}).Verify(l.Sequencer(), "reports"); err != nil || keys.Epoch != 1 {
+		t.Fatalf("the restored cluster's sequencer: %v (keys %+v)", err, keys)
+	}
+}
