@@ -105,6 +105,14 @@ var sequenceCases = []sequenceCase{
 		wantValue:   []int{0},
 	},
 	{
+		// The service's highest tokens (2^53 - 1, the last epoch's) are
+		// compared as integers, not rounded: one below is refused.
+		name:        "tokens at the ceiling compare exactly",
+		writes:      []write{{token: fencelock.MaxToken}, {token: fencelock.MaxToken - 1, wantErr: fencelock.ErrStaleToken}, {token: fencelock.MaxToken}},
+		wantHighest: []fencelock.Token{fencelock.MaxToken},
+		wantValue:   []int{2},
+	},
+	{
 		name: "a domain fences every key in it",
 		writes: []write{
 			{key: 0, token: 34},

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/sequencer"
 )
 
 // The headers of the contract.
@@ -18,6 +19,9 @@ const (
 	// HeaderDomain names a write's fence domain; without it the resource
 	// picks one (the store: the object key; Handler: its Domain option).
 	HeaderDomain = "Fencing-Domain"
+	// HeaderSequencer carries the grant's sequencer, for a resource that
+	// verifies one (package sequencer).
+	HeaderSequencer = "Fencing-Sequencer"
 )
 
 // CodeInternal is the error code of a failure inside the resource.
@@ -31,11 +35,14 @@ type ErrorBody struct {
 	Domain  string          `json:"domain,omitempty"`
 	Token   fencelock.Token `json:"token,omitempty"`
 	Highest fencelock.Token `json:"highest,omitempty"`
+	// Reason says why a sequencer was refused (sequencer.Reason).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Status maps an error to the HTTP status of its answer: 409 for a stale
 // token, 428 for a missing one, 412 for a failed precondition, 413 for a
-// body too large, 404 for not found, 400 for malformed input, 500 else.
+// body too large, 403 for a refused sequencer, 404 for not found, 400 for
+// malformed input, 500 else.
 func Status(err error) int {
 	switch {
 	case errors.Is(err, fencelock.ErrStaleToken):
@@ -46,6 +53,8 @@ func Status(err error) int {
 		return http.StatusPreconditionFailed
 	case errors.Is(err, fencelock.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, fencelock.ErrInvalidSequencer):
+		return http.StatusForbidden
 	case errors.Is(err, fencelock.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, fencelock.ErrInvalidToken),
@@ -59,7 +68,7 @@ func Status(err error) int {
 
 // Body returns the ErrorBody of err.
 func Body(err error) ErrorBody {
-	body := ErrorBody{Error: fencelock.Code(err), Message: err.Error()}
+	body := ErrorBody{Error: fencelock.Code(err), Message: err.Error(), Reason: sequencer.Reason(err)}
 	if body.Error == "" {
 		body.Error = CodeInternal
 	}
@@ -119,6 +128,7 @@ type Error struct {
 	StatusCode int    // the HTTP status
 	Code       string // the wire code, see fencelock.Code; "" if the body had none
 	Message    string // the resource's explanation
+	Reason     string // why a sequencer was refused, see sequencer.Reason
 }
 
 // Error describes the answer.
@@ -129,8 +139,12 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("resource answered %d: %s", e.StatusCode, e.Message)
 }
 
-// Unwrap returns the sentinel error of e's code, or nil.
+// Unwrap returns the sentinel error of e's code (for a refused sequencer,
+// the refusal of its reason), or nil.
 func (e *Error) Unwrap() error {
+	if err := sequencer.ForReason(e.Reason); err != nil && e.Code == fencelock.CodeInvalidSequencer {
+		return err
+	}
 	if err := fencelock.ErrorForCode(e.Code); err != nil {
 		return err
 	}
@@ -150,7 +164,7 @@ func DecodeError(status int, body []byte) error {
 	if eb.Error == fencelock.CodeStaleToken {
 		return &fencelock.StaleTokenError{Domain: eb.Domain, Token: eb.Token, Highest: eb.Highest}
 	}
-	return &Error{StatusCode: status, Code: eb.Error, Message: eb.Message}
+	return &Error{StatusCode: status, Code: eb.Error, Message: eb.Message, Reason: eb.Reason}
 }
 
 // maxErrorBody bounds the error body ResponseError reads.

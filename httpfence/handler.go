@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/sequencer"
 )
 
 // Guard runs a write atomically with its fence check: fn's effect happens
@@ -57,6 +58,14 @@ func WithDomain(domain func(r *http.Request) string) Option {
 	return func(h *handler) { h.domain = domain }
 }
 
+// WithVerifier makes every write carry a Fencing-Sequencer that v verifies
+// for the write's domain and token (403 invalid_sequencer otherwise), so
+// that a token nobody was granted is refused: the domain must be the
+// lock's name.
+func WithVerifier(v *sequencer.Verifier) Option {
+	return func(h *handler) { h.verifier = v }
+}
+
 // WithMaxBody sets the largest write body (DefaultMaxBody by default). The
 // body is read before the guard runs, so a slow client does not hold the
 // domain's lock; a larger one is answered 413.
@@ -76,6 +85,7 @@ type handler struct {
 	domain      func(r *http.Request) string // nil: the client names it
 	maxResponse int
 	maxBody     int64
+	verifier    *sequencer.Verifier
 }
 
 // Handler makes next a fenced resource. Requests other than GET, HEAD and
@@ -160,6 +170,11 @@ func (h *handler) parse(r *http.Request) (Write, error) {
 	}
 	if err := fence.ValidateDomain(domain); err != nil {
 		return Write{}, err
+	}
+	if h.verifier != nil {
+		if _, err := h.verifier.VerifyWrite(r.Header.Get(HeaderSequencer), fencelock.LockName(domain), tok); err != nil {
+			return Write{}, err
+		}
 	}
 	return Write{Domain: domain, Token: tok}, nil
 }

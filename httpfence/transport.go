@@ -16,7 +16,8 @@ type Holder interface {
 }
 
 // Transport sends every request with a held lock's fencing token (and
-// Domain, if set, as Fencing-Domain), and sends nothing once the lease is
+// Domain, if set, as Fencing-Domain, and the lock's latest sequencer if it
+// has one, as Fencing-Sequencer), and sends nothing once the lease is
 // lost: RoundTrip then fails at once with the lock's Err. It does not
 // interpret answers; ResponseError does.
 type Transport struct {
@@ -37,6 +38,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	out.Header.Set(HeaderToken, t.Lock.Token().String())
 	if t.Domain != "" {
 		out.Header.Set(HeaderDomain, t.Domain)
+	}
+	if sl, ok := t.Lock.(interface{ Sequencer() string }); ok && sl.Sequencer() != "" {
+		out.Header.Set(HeaderSequencer, sl.Sequencer())
 	}
 	base := t.Base
 	if base == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/sequencer"
 )
 
 // FenceTable is the table of the domain fence.
@@ -183,4 +184,16 @@ func (g Guard) Do(ctx context.Context, domain string, token fencelock.Token, fn 
 func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
 	return tx, ok
+}
+
+// DoSequencer is Do for the grant a sequencer proves: v verifies seq, and
+// fn runs in a transaction fenced by its token in the domain of its lock's
+// name. A write with a sequencer cannot carry an invented token. Errors:
+// v's (each wraps fencelock.ErrInvalidSequencer), then Do's.
+func (f *Fence) DoSequencer(ctx context.Context, v *sequencer.Verifier, seq string, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	s, err := v.Verify(seq, "")
+	if err != nil {
+		return fmt.Errorf("fenced transaction: %w", err)
+	}
+	return f.Do(ctx, string(s.Lock), s.Token, fn)
 }

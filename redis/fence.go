@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/sequencer"
 )
 
 // DefaultKeyPrefix starts the key holding a domain's highest token.
@@ -194,4 +195,16 @@ func (f *Fence) Highest(ctx context.Context, domain string) (fencelock.Token, er
 		return 0, fmt.Errorf("read highest token of %q: fence key holds %q, not a token", domain, s)
 	}
 	return fencelock.Token(v), nil
+}
+
+// SetSequencer is Set for the grant a sequencer proves: v verifies seq,
+// and key is set fenced by its token in the domain of its lock's name. A
+// write with a sequencer cannot carry an invented token. Errors: v's (each
+// wraps fencelock.ErrInvalidSequencer), then Set's.
+func (f *Fence) SetSequencer(ctx context.Context, v *sequencer.Verifier, seq, key string, value any, expiration time.Duration) error {
+	s, err := v.Verify(seq, "")
+	if err != nil {
+		return fmt.Errorf("fenced set of %q: %w", key, err)
+	}
+	return f.Set(ctx, string(s.Lock), s.Token, key, value, expiration)
 }

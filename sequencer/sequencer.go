@@ -20,7 +20,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -224,4 +227,82 @@ func (v *Verifier) key(s Sequencer) (ed25519.PublicKey, error) {
 		return nil, fmt.Errorf("%w: cluster %q", ErrWrongCluster, s.ClusterID)
 	}
 	return nil, fmt.Errorf("%w: key %q of cluster %q", ErrUnknownKey, s.KeyID, s.ClusterID)
+}
+
+// reasons names each refusal on the wire (an error body's "reason").
+var reasons = []struct {
+	name string
+	err  error
+}{
+	{"malformed", ErrMalformed},
+	{"unknown_key", ErrUnknownKey},
+	{"bad_signature", ErrBadSignature},
+	{"expired", ErrExpired},
+	{"wrong_lock", ErrWrongLock},
+	{"wrong_cluster", ErrWrongCluster},
+	{"token_mismatch", ErrTokenMismatch},
+}
+
+// Reason returns the wire name of the refusal err wraps ("expired", ...),
+// or "" if it wraps none.
+func Reason(err error) string {
+	for _, r := range reasons {
+		if errors.Is(err, r.err) {
+			return r.name
+		}
+	}
+	return ""
+}
+
+// ForReason returns the refusal of a wire name, or nil.
+func ForReason(name string) error {
+	for _, r := range reasons {
+		if r.name == name {
+			return r.err
+		}
+	}
+	return nil
+}
+
+// ReadKeys reads the keys a Verifier trusts from the JSON that "fencelock
+// keys --json" prints: one object with a "keys" list per cluster, several
+// of them one after another for several clusters.
+func ReadKeys(r io.Reader) ([]Key, error) {
+	dec := json.NewDecoder(io.LimitReader(r, 1<<20))
+	var out []Key
+	for {
+		var doc struct {
+			Keys []Key `json:"keys"`
+		}
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read sequencer keys: %w: %w", fencelock.ErrInvalidArgument, err)
+		}
+		for _, k := range doc.Keys {
+			if k.ClusterID == "" || k.ID == "" || len(k.Public) != ed25519.PublicKeySize {
+				return nil, fmt.Errorf("read sequencer keys: key %q of cluster %q is incomplete: %w", k.ID, k.ClusterID, fencelock.ErrInvalidArgument)
+			}
+		}
+		out = append(out, doc.Keys...)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("read sequencer keys: no keys: %w", fencelock.ErrInvalidArgument)
+	}
+	return out, nil
+}
+
+// VerifyWrite verifies text for a write to lock carrying token: Verify,
+// and the sequencer's token must be the write's (ErrTokenMismatch).
+func (v *Verifier) VerifyWrite(text string, lock fencelock.LockName, token fencelock.Token) (Sequencer, error) {
+	s, err := v.Verify(text, lock)
+	if err != nil {
+		return s, err
+	}
+	if s.Token != token {
+		return Sequencer{}, fmt.Errorf("%w: the sequencer's token is %d, the write's %d", ErrTokenMismatch, s.Token, token)
+	}
+	return s, nil
 }

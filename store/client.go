@@ -27,8 +27,9 @@ var _ fencelock.Fence = (*Client)(nil)
 // transit the error wraps fencelock.ErrUnavailable: the write may or may not
 // have been applied, and retrying it with the same idempotency key is safe.
 type Client struct {
-	base string // scheme://host[:port][/prefix], no trailing slash
-	hc   *http.Client
+	base      string // scheme://host[:port][/prefix], no trailing slash
+	hc        *http.Client
+	sequencer func() string
 }
 
 // ClientOption configures a Client.
@@ -38,6 +39,13 @@ type ClientOption func(*Client)
 // http.DefaultClient.
 func WithHTTPClient(hc *http.Client) ClientOption {
 	return func(c *Client) { c.hc = hc }
+}
+
+// WithSequencer makes every write (Put, Delete, Check) carry the sequencer
+// seq returns, e.g. a held lock's Sequencer method, for a store that
+// verifies them (fencelock store --sequencer-keys).
+func WithSequencer(seq func() string) ClientOption {
+	return func(c *Client) { c.sequencer = seq }
 }
 
 // NewClient returns a client of the store at baseURL, e.g.
@@ -139,6 +147,9 @@ func (c *Client) newWrite(ctx context.Context, method, url string, token fencelo
 	}
 	if token != 0 { // the store refuses a write without a token: let it say so
 		req.Header.Set(httpfence.HeaderToken, token.String())
+	}
+	if c.sequencer != nil {
+		req.Header.Set(httpfence.HeaderSequencer, c.sequencer())
 	}
 	for h, v := range map[string]string{httpfence.HeaderDomain: o.domain, "If-Match": o.ifMatch, "If-None-Match": o.ifNoneMatch, HeaderIdempotencyKey: o.idemKey} {
 		if v != "" {

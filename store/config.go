@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fencelock/fencelock/sequencer"
+
 	"github.com/fencelock/fencelock"
 )
 
@@ -38,6 +40,11 @@ type Config struct {
 	// fencing token. It is unsafe: it exists only to demonstrate the
 	// corruption fencing prevents.
 	DisableFencing bool
+
+	// Verifier, if set, makes every write carry a Fencing-Sequencer that
+	// it verifies for the write's domain and token: an invented token is
+	// refused (403 invalid_sequencer). Domains must then be lock names.
+	Verifier *sequencer.Verifier
 
 	// Logger receives the store's logs. Nil discards them.
 	Logger *slog.Logger

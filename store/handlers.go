@@ -51,6 +51,11 @@ func (s *Server) parseWrite(r *http.Request, op opKind, key, domain string) (wri
 		return wr, err
 	}
 	wr.token = tok
+	if v := s.cfg.Verifier; v != nil && !s.cfg.DisableFencing {
+		if _, err := v.VerifyWrite(r.Header.Get(httpfence.HeaderSequencer), fencelock.LockName(wr.domain), tok); err != nil {
+			return wr, err
+		}
+	}
 	wr.ifMatch = strings.TrimSpace(r.Header.Get("If-Match"))
 	wr.ifNoneMatch = strings.TrimSpace(r.Header.Get("If-None-Match"))
 	if wr.ifNoneMatch != "" && wr.ifNoneMatch != "*" {

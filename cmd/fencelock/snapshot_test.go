@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,5 +138,61 @@ func checkNewEra(t *testing.T, addrs []string, res *fence.MemoryResource, t2 fen
 	}
 	if _, err := (&sequencer.Verifier{Keys: keys.Keys}).Verify(l.Sequencer(), "reports"); err != nil || keys.Epoch != 1 {
 		t.Fatalf("the restored cluster's sequencer: %v (keys %+v)", err, keys)
+	}
+}
+
+// TestSnapshot_LastEpochTokensAreExact: a cluster restored into the last
+// epoch issues tokens near 2^53; the JSON API and the CLI's JSON carry them
+// exactly, and one below is refused by a resource.
+func TestSnapshot_LastEpochTokensAreExact(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	old := testproc.StartServer(t)
+	grantAndRelease(t, []string{old.Addr}, "x", 1)
+	file := filepath.Join(t.TempDir(), "backup.fls")
+	if out, code := testproc.Run(ctx, t, nil, "snapshot", "save", file, "--server", old.Addr); code != 0 {
+		t.Fatalf("snapshot save exited %d:\n%s", code, out)
+	}
+	old.Kill9()
+	s := testproc.AttachServer(t, &testproc.Server{Addr: testproc.FreeAddr(t), RaftAddr: testproc.FreeAddr(t), DataDir: t.TempDir()})
+	epoch := fmt.Sprint(fencelock.MaxTokenEpoch)
+	if out, code := testproc.Run(ctx, t, nil, "snapshot", "restore", file, "--data-dir", s.DataDir, "--raft-addr", s.RaftAddr, "--epoch", epoch); code != 0 {
+		t.Fatalf("snapshot restore exited %d:\n%s", code, out)
+	}
+	s.Start()
+
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+s.Addr+"/fencelock.v1.LockService/Acquire",
+		strings.NewReader(`{"name":"reports","ttl":"10s"}`))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ans struct {
+		Grant struct {
+			Token string `json:"token"`
+		} `json:"grant"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := fencelock.ParseToken(ans.Grant.Token)
+	if err != nil || tok.Epoch() != fencelock.MaxTokenEpoch || tok > fencelock.MaxToken {
+		t.Fatalf("JSON API token %q (%v): want one of epoch %d, at most %d", ans.Grant.Token, err, fencelock.MaxTokenEpoch, fencelock.MaxToken)
+	}
+	out, code := testproc.Run(ctx, t, nil, "acquire", "other", "--json", "--server", s.Addr)
+	var g struct {
+		Token uint64 `json:"token"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &g) != nil || fencelock.Token(g.Token) <= tok || fencelock.Token(g.Token).Epoch() != fencelock.MaxTokenEpoch {
+		t.Fatalf("acquire --json exited %d: %s; want a token above %d in the last epoch", code, out, tok)
+	}
+	res := &fence.MemoryResource{}
+	if _, err := res.Put(ctx, "d", fencelock.Token(g.Token), "k", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := res.Put(ctx, "d", fencelock.Token(g.Token)-1, "k", nil); !errors.Is(err, fencelock.ErrStaleToken) {
+		t.Fatalf("one below the last epoch's token: %v, want stale", err)
 	}
 }

@@ -7,9 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/fencelock/fencelock/sequencer"
 	"github.com/fencelock/fencelock/store"
 )
 
@@ -44,12 +47,26 @@ func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&maxSize, "max-object-size", "largest object body accepted, in bytes or with a KiB, MiB or GiB suffix")
 	fs.DurationVar(&cfg.IdempotencyTTL, "idempotency-ttl", cfg.IdempotencyTTL, "how long the first answer to an Idempotency-Key is kept (a repeat within it gets that answer)")
 	fs.BoolVar(&cfg.DisableFencing, "no-fencing", false, "UNSAFE: accept every write whatever its token (for the split-brain demo only)")
+	keysFile := fs.String("sequencer-keys", "", "accept a write only with a Fencing-Sequencer signed by these keys (the JSON of \"fencelock keys --json\"; several clusters' one after another) for the write's domain and token")
+	skew := fs.Duration("sequencer-skew", time.Second, "with --sequencer-keys: how long past its lease end a sequencer still passes (clock differences)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usageErr("store takes no arguments, got %q (see fencelock store --help)", fs.Args())
+	}
+	if *keysFile != "" {
+		f, err := os.Open(*keysFile)
+		if err != nil {
+			return usageErr("--sequencer-keys: %v", err)
+		}
+		keys, err := sequencer.ReadKeys(f)
+		f.Close()
+		if err != nil {
+			return usageErr("--sequencer-keys %s: %v", *keysFile, err)
+		}
+		cfg.Verifier = &sequencer.Verifier{Keys: keys, Skew: *skew}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
