@@ -26,7 +26,10 @@ func TestFence_DoSequencer(t *testing.T) {
 	v := &sequencer.Verifier{Keys: []sequencer.Key{{ClusterID: "c", ID: "k", Public: pub}}}
 	now := time.Now()
 	seq := sequencer.Sequencer{Lock: "notes", Token: 1<<40 + 3, ClusterID: "c", KeyID: "k", Issued: now, LeaseEnd: now.Add(time.Minute)}
-	write := func(ctx context.Context, tx pgx.Tx) error { _, err := tx.Exec(ctx, `INSERT INTO notes VALUES (1)`); return err }
+	write := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO notes VALUES (1)`)
+		return err
+	}
 	f := postgres.New(pool)
 	if err := f.DoSequencer(t.Context(), v, sequencer.Sign(seq, priv), write); err != nil {
 		t.Fatal(err)
