@@ -136,6 +136,10 @@ type RestoreConfig struct {
 	// Epoch is the restored cluster's token epoch; 0: the backup's + 1. It
 	// must be above the backup's.
 	Epoch uint64
+	// UnsafeSameEpoch keeps the backup's epoch: tokens issued after the
+	// backup are issued again. It exists for the fault harness's negative
+	// control only, which must catch it.
+	UnsafeSameEpoch bool
 	// NewClusterID gives the restored cluster an id of its own (e.g. a
 	// staging copy of production), so resources that pin the old id
 	// refuse its sequencers; the signing keys are kept either way.
@@ -155,11 +159,17 @@ func RestoreBackup(r io.Reader, cfg RestoreConfig) (BackupInfo, error) {
 	if epoch == 0 {
 		epoch = info.Epoch + 1
 	}
-	if epoch <= info.Epoch || epoch > fencelock.MaxTokenEpoch {
+	switch {
+	case cfg.UnsafeSameEpoch:
+		if cfg.NewClusterID != "" {
+			return info, fmt.Errorf("restore: a new cluster id with the same epoch: %w", fencelock.ErrInvalidArgument)
+		}
+	case epoch <= info.Epoch || epoch > fencelock.MaxTokenEpoch:
 		return info, fmt.Errorf("restore: epoch %d must be above the backup's %d and at most %d: %w", epoch, info.Epoch, fencelock.MaxTokenEpoch, fencelock.ErrInvalidArgument)
-	}
-	if err := f.StartEpoch(epoch, cfg.NewClusterID); err != nil {
-		return info, err
+	default:
+		if err := f.StartEpoch(epoch, cfg.NewClusterID); err != nil {
+			return info, err
+		}
 	}
 	if err := writeSeed(f, cfg); err != nil {
 		return info, err

@@ -129,6 +129,7 @@ type Result struct {
 	LeasesLost         int     `json:"leases_lost"`    // renews/releases refused: the grant had ended
 	StaleRejected      int     `json:"stale_rejected"` // writes and fence raises refused for a stale token
 	MemberChanges      int     `json:"member_changes"` // completed membership changes (removals, re-joins)
+	Restores           int     `json:"restores"`       // backups restored into a wiped node (scenario 7)
 	Refusals           int     `json:"refusals"`       // removals refused because they would break quorum (expected)
 	Checks             []Check `json:"checks"`
 	// Skipped says why the scenario did not run (against an existing
@@ -161,6 +162,7 @@ type env struct {
 	// refusals counts removals the service refused to protect its quorum.
 	members  atomic.Int64
 	refusals atomic.Int64
+	restores atomic.Int64
 	log      *slog.Logger
 	workLog  io.Writer
 	// admin asks nodes for their status (status).
@@ -391,7 +393,7 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 		return Result{}, err
 	}
 	r := Result{Scenario: sc.Name, Resource: resourceName(cfg), Seed: seed, Nodes: nodes, Duration: elapsed.Round(100 * time.Millisecond), Dir: dir,
-		Faults: int(e.faults.Load()), MemberChanges: int(e.members.Load()), Refusals: int(e.refusals.Load()), LeaderChanges: obs.leaderChanges(), Snapshots: obs.snapshots, Expected: "valid"}
+		Faults: int(e.faults.Load()), MemberChanges: int(e.members.Load()), Refusals: int(e.refusals.Load()), Restores: int(e.restores.Load()), LeaderChanges: obs.leaderChanges(), Snapshots: obs.snapshots, Expected: "valid"}
 	if cl.external() {
 		r.LocalRestores, r.InstalledSnapshots = obs.restores()
 	} else {
@@ -444,11 +446,11 @@ func judge(r *Result, sc Scenario) {
 	for _, c := range r.Checks {
 		valid = valid && c.Valid
 	}
-	if sc.NoFencing {
+	if sc.Caught != "" {
 		r.Expected = "violation"
 		detected := false
 		for _, c := range r.Checks {
-			detected = detected || (c.Name == "store" && !c.Valid)
+			detected = detected || (c.Name == sc.Caught && !c.Valid)
 		}
 		r.Pass = detected && r.Bit.Valid
 		switch {

@@ -3,6 +3,9 @@ package verify
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,7 +25,10 @@ type Scenario struct {
 	// the resource did not fence: a negative control whose checkers must
 	// find a violation.
 	NoFencing bool
-	nemesis   func(ctx context.Context, e *env)
+	// Caught names the checker that must find a violation: a negative
+	// control ("" for a scenario that must pass).
+	Caught  string
+	nemesis func(ctx context.Context, e *env)
 	// hook lists the idempotent nemesis-hook actions that stand for what
 	// the nemesis does to an existing deployment's servers (start for
 	// kill/start, resume for pause/resume, heal for isolate/heal); the
@@ -94,6 +100,7 @@ var (
 		return need("restart(s) restoring the node's own snapshot", r.LocalRestores, 1)
 	}
 	memberChange = func(r Result) func(*Check) { return need("completed membership change(s)", r.MemberChanges, 1) }
+	restored     = func(r Result) func(*Check) { return need("restore(s) of a backup", r.Restores, 1) }
 )
 
 // Scenarios returns the scenarios in their run order: 1-6 and the
@@ -114,9 +121,56 @@ func Scenarios() []Scenario {
 			ServerFlags: []string{"--snapshot-threshold", "16", "--trailing-logs", strconv.Itoa(snapshotTrailingLogs), "--snapshot-interval", "100ms"}},
 		{Name: "membership", Number: "6", Title: "five nodes, membership changes: remove a follower and re-join it wiped, transfer leadership, remove the leader, kill -9",
 			Nodes: 5, MinNodes: 3, nemesis: membership, bit: bits(memberChange, leaderChange)},
+		{Name: "restore", Number: "7", Title: "one node: back up, grant on, then wipe it and restore the backup (the next token epoch), again and again",
+			Nodes: 1, MinNodes: 1, nemesis: restores, bit: bits(restored)},
 		{Name: "negative-control", Number: "neg", Title: "scenario 4 with fencing OFF (one constant token for every write): the checker must find the violation",
-			Nodes: 1, MinNodes: 1, NoFencing: true, zombie: zombie, bit: bits(leaseLost)},
+			Nodes: 1, MinNodes: 1, NoFencing: true, Caught: "store", zombie: zombie, bit: bits(leaseLost)},
+		{Name: "negative-restore", Number: "neg7", Title: "scenario 7 restoring WITHOUT a new epoch: tokens issued after the backup come back, the checker must find it",
+			Nodes: 1, MinNodes: 1, Caught: "tokens", nemesis: restores, bit: bits(restored)},
 	}
+}
+
+// restores is scenario 7's nemesis: every 3-4 s it takes a backup of the
+// one node, lets the workload grant on for 1.5-2.5 s (tokens the backup
+// lacks), then kills the node, wipes its data dir and restores the backup
+// into it ("fencelock snapshot restore": the next epoch, or the same one in
+// the negative control) before starting it again.
+func restores(ctx context.Context, e *env) {
+	for sleep(ctx, e.between(3*time.Second, 4*time.Second)) {
+		nd := e.cl.nodes[0]
+		backup := filepath.Join(e.dir, fmt.Sprintf("backup-%d.fls", e.restores.Load()))
+		if err := run(ctx, nd.bin, "snapshot", "save", backup, "--server", nd.addr); err != nil {
+			e.nemesis("backup failed: " + err.Error())
+			continue
+		}
+		e.nemesis("backup taken: " + filepath.Base(backup))
+		sleep(ctx, e.between(1500*time.Millisecond, 2500*time.Millisecond))
+		e.killRestart(ctx, 0, func(ctx context.Context) {
+			args := []string{"snapshot", "restore", backup, "--data-dir", nd.dataDir, "--node-id", nd.id, "--raft-addr", nd.raftAddr}
+			if e.sc.Caught == "tokens" {
+				args = append(args, "--unsafe-same-epoch")
+			}
+			err := os.RemoveAll(nd.dataDir)
+			if err == nil {
+				err = run(context.WithoutCancel(ctx), nd.bin, args...)
+			}
+			if err != nil {
+				e.nemesis("restore failed: " + err.Error())
+				return
+			}
+			e.restores.Add(1)
+			e.nemesis("data dir wiped, " + filepath.Base(backup) + " restored")
+		})
+	}
+}
+
+// run runs the binary with args and returns its output in the error.
+func run(ctx context.Context, bin string, args ...string) error {
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), args[0], err, strings.TrimSpace(string(out)))
+	}
+	return nil
 }
 
 // Lookup finds a scenario by name or number.

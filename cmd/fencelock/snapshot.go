@@ -166,6 +166,7 @@ func runSnapshotRestore(args []string, stdout, stderr io.Writer) error {
 	bootstrap := fs.String("bootstrap", "", "voters of the restored cluster, id=raft-addr,... (default: this node alone)")
 	epoch := fs.Uint64("epoch", 0, "the restored cluster's token epoch (default: the backup's + 1)")
 	newID := fs.String("new-cluster-id", "", "give the restored cluster this id instead of the backup's (a staging copy: resources that pin the old id refuse its sequencers)")
+	sameEpoch := fs.Bool("unsafe-same-epoch", false, "UNSAFE: keep the backup's epoch, so tokens issued after the backup come back (for the fault harness's negative control only)")
 	asJSON := fs.Bool("json", false, "print the restored cluster's header as JSON")
 	file, rest, err := splitName(fs, args)
 	if err != nil {
@@ -174,7 +175,7 @@ func runSnapshotRestore(args []string, stdout, stderr io.Writer) error {
 	if len(rest) > 0 || *dataDir == "" {
 		return usageErr("snapshot restore FILE --data-dir DIR: want one FILE and --data-dir")
 	}
-	cfg := server.RestoreConfig{DataDir: *dataDir, NodeID: *nodeID, RaftAddr: *raftAddr, Epoch: *epoch, NewClusterID: *newID}
+	cfg := server.RestoreConfig{DataDir: *dataDir, NodeID: *nodeID, RaftAddr: *raftAddr, Epoch: *epoch, NewClusterID: *newID, UnsafeSameEpoch: *sameEpoch}
 	if *bootstrap != "" {
 		pairs, err := parsePairs(*bootstrap, "--bootstrap")
 		if err != nil {
