@@ -244,6 +244,19 @@ up() {
 	print_exports "$dir"
 }
 
+# stop_pid NAME COMMAND PORT PID stops PID if it still runs COMMAND, and
+# waits up to 10 s for it to exit.
+stop_pid() {
+	local name=$1 cmd=$2 port=$3 pid=$4 i
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q "$cmd" "/proc/$pid/cmdline" 2>/dev/null || return 0
+	log "stopping $name on port $port (pid $pid)"
+	kill "$pid"
+	for i in $(seq 1 100); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.1
+	done
+}
+
 down() {
 	local dir=${1:-}
 	[ -n "$dir" ] || die "down needs the DIR given to (or printed by) up"
@@ -258,31 +271,9 @@ down() {
 		log "stopping PostgreSQL on port $PG_PORT"
 		as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null || log "pg_ctl stop failed"
 	fi
-	if [ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null &&
-		grep -q redis-server "/proc/$REDIS_PID/cmdline" 2>/dev/null; then
-		log "stopping Redis on port $REDIS_PORT (pid $REDIS_PID)"
-		kill "$REDIS_PID"
-		local i
-		for i in $(seq 1 100); do
-			kill -0 "$REDIS_PID" 2>/dev/null || break
-			sleep 0.1
-		done
-	fi
-	if [ -n "$MYSQL_PID" ] && kill -0 "$MYSQL_PID" 2>/dev/null &&
-		grep -q mariadbd "/proc/$MYSQL_PID/cmdline" 2>/dev/null; then
-		log "stopping MariaDB on port $MYSQL_PORT (pid $MYSQL_PID)"
-		kill "$MYSQL_PID"
-		local j
-		for j in $(seq 1 100); do
-			kill -0 "$MYSQL_PID" 2>/dev/null || break
-			sleep 0.1
-		done
-	fi
-	if [ -n "$S3_PID" ] && kill -0 "$S3_PID" 2>/dev/null &&
-		grep -q versitygw "/proc/$S3_PID/cmdline" 2>/dev/null; then
-		log "stopping versitygw on port $S3_PORT (pid $S3_PID)"
-		kill "$S3_PID"
-	fi
+	stop_pid Redis redis-server "$REDIS_PORT" "$REDIS_PID"
+	stop_pid MariaDB mariadbd "$MYSQL_PORT" "$MYSQL_PID"
+	stop_pid versitygw versitygw "$S3_PORT" "$S3_PID"
 	rm -f "$dir/services.env"
 }
 
