@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -126,13 +127,16 @@ func (c *Client) Endpoints() []string {
 type Keys struct {
 	ClusterID string          `json:"cluster_id"`
 	Epoch     uint64          `json:"epoch"`
-	Keys      []sequencer.Key `json:"keys"` // oldest first; the last one signs
+	Keys      []sequencer.Key `json:"keys"` // oldest first
+	// Roles maps each key's id to signing, valid or pending.
+	Roles map[string]string `json:"roles"`
 }
 
 func keysOf(m *fencelockv1.KeysResponse) Keys {
-	k := Keys{ClusterID: m.ClusterId, Epoch: m.Epoch, Keys: []sequencer.Key{}}
+	k := Keys{ClusterID: m.ClusterId, Epoch: m.Epoch, Keys: []sequencer.Key{}, Roles: map[string]string{}}
 	for _, pk := range m.Keys {
 		k.Keys = append(k.Keys, sequencer.Key{ClusterID: m.ClusterId, ID: pk.Id, Public: pk.Public})
+		k.Roles[pk.Id] = pk.Role
 	}
 	return k
 }
@@ -155,8 +159,10 @@ func (c *Client) Keys(ctx context.Context) (Keys, error) {
 	return k, nil
 }
 
-// RotateKey adds a new signing key (through the leader; with the admin
-// token, if the cluster has one) and returns the keys after it.
+// RotateKey takes one step of a key rotation (through the leader; with the
+// admin token, if the cluster has one): it adds a pending key, published
+// but not signing, or makes the pending key sign. It returns the keys
+// after it.
 func (c *Client) RotateKey(ctx context.Context) (Keys, error) {
 	var k Keys
 	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
@@ -193,40 +199,50 @@ func (c *Client) CheckSequencer(ctx context.Context, seq string) (current bool, 
 }
 
 // Backup writes a backup of the whole state, taken on the leader, to w, and
-// calls progress (if not nil) with the bytes written and the total. With
-// the admin token, if the cluster has one. A backup holds the signing keys:
-// keep it as secret as they are.
+// calls progress (if not nil) with the bytes received and the total. Each
+// attempt receives the whole backup before any of it is written to w, so a
+// retried attempt never leaves part of another in w. With the admin token,
+// if the cluster has one (without one, only from the node's machine). A
+// backup holds the signing keys: keep it as secret as they are.
 func (c *Client) Backup(ctx context.Context, w io.Writer, progress func(done, total int64)) error {
-	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
-		stream, err := ep.cluster.Backup(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.BackupRequest{}), c.cfg.AdminToken))
-		if err != nil {
-			return fromWire(err)
-		}
-		defer stream.Close()
-		var done, total int64
-		for stream.Receive() {
-			m := stream.Msg()
-			if m.Size > 0 {
-				total = int64(m.Size)
-			}
-			if _, err := w.Write(m.Data); err != nil {
-				return fmt.Errorf("write backup: %w", err) // not retried: w has part of it
-			}
-			done += int64(len(m.Data))
-			if progress != nil {
-				progress(done, total)
-			}
-		}
-		if err := stream.Err(); err != nil {
-			return fromWire(err)
-		}
-		if done != total {
-			return fmt.Errorf("backup ended after %d of %d bytes: %w", done, total, fencelock.ErrUnavailable)
-		}
-		return nil
+	var got []byte
+	err := c.call(ctx, 5*time.Minute, func(ctx context.Context, ep *endpoint) error {
+		b, err := c.backupFrom(ctx, ep, progress)
+		got = b
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("backup: %w", err)
 	}
+	if _, err := w.Write(got); err != nil {
+		return fmt.Errorf("backup: write: %w", err)
+	}
 	return nil
+}
+
+func (c *Client) backupFrom(ctx context.Context, ep *endpoint, progress func(done, total int64)) ([]byte, error) {
+	stream, err := ep.cluster.Backup(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.BackupRequest{}), c.cfg.AdminToken))
+	if err != nil {
+		return nil, fromWire(err)
+	}
+	defer stream.Close()
+	var buf bytes.Buffer
+	var total int64
+	for stream.Receive() {
+		m := stream.Msg()
+		if m.Size > 0 {
+			total = int64(m.Size)
+		}
+		buf.Write(m.Data)
+		if progress != nil {
+			progress(int64(buf.Len()), total)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, fromWire(err)
+	}
+	if int64(buf.Len()) != total {
+		return nil, fmt.Errorf("backup ended after %d of %d bytes: %w", buf.Len(), total, fencelock.ErrUnavailable)
+	}
+	return buf.Bytes(), nil
 }

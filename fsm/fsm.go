@@ -95,19 +95,24 @@ type SigningKey struct {
 	ID    string `json:"id"`
 	Seed  []byte `json:"seed"`
 	Added int64  `json:"added"` // Command.Now of the entry that added it
+	// Pending: published (resources may trust it) but not signing yet.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // Identity is who the cluster is: its id, the epoch its tokens are in, and
-// its signing keys, oldest first (the last one signs).
+// its signing keys, oldest first: the newest that is not pending signs.
 type Identity struct {
 	ClusterID string
 	Epoch     uint64
 	Keys      []SigningKey
 }
 
-// MaxSigningKeys is how many signing keys a cluster keeps: a rotation
-// drops the oldest beyond it.
+// MaxSigningKeys is how many keys that signed, or sign, a cluster keeps: a
+// rotation drops the oldest beyond it (a pending key comes on top).
 const MaxSigningKeys = 2
+
+// seedSize is the length of an Ed25519 seed.
+const seedSize = 32
 
 // record is one remembered request whose grant ended, or expired lease id,
 // as a snapshot holds it (a window holds them in memory).
@@ -220,19 +225,39 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 	case OpDropMember:
 		delete(f.members, string(cmd.Name))
 		return Result{}
-	case OpSetIdentity:
-		if f.identity.ClusterID == "" { // the first one wins
-			f.identity.ClusterID = cmd.RequestID
-			f.identity.Keys = []SigningKey{{ID: cmd.Holder, Seed: []byte(cmd.LeaseID), Added: cmd.Now}}
-		}
-		return Result{}
-	case OpRotateKey:
-		keys := append(f.identity.Keys, SigningKey{ID: cmd.Holder, Seed: []byte(cmd.LeaseID), Added: cmd.Now})
-		f.identity.Keys = keys[max(0, len(keys)-MaxSigningKeys):]
-		return Result{}
+	case OpSetIdentity, OpRotateKey:
+		return f.applyKey(cmd)
 	default:
 		return Result{Err: fmt.Errorf("apply entry %d: unknown op %d: %w", index, cmd.Op, fencelock.ErrInvalidArgument)}
 	}
+}
+
+// applyKey applies OpSetIdentity (a first key, and the cluster id unless
+// it has one; ignored once there is a key: the first wins) and OpRotateKey
+// (add a pending key, or make the pending one sign and drop the oldest).
+func (f *FSM) applyKey(cmd Command) Result {
+	if len(cmd.LeaseID) != seedSize || cmd.Holder == "" {
+		return Result{Err: fmt.Errorf("signing key %q: want an id and a %d-byte seed: %w", cmd.Holder, seedSize, fencelock.ErrInvalidArgument)}
+	}
+	key := SigningKey{ID: cmd.Holder, Seed: []byte(cmd.LeaseID), Added: cmd.Now}
+	id := &f.identity
+	switch {
+	case cmd.Op == OpSetIdentity && len(id.Keys) == 0:
+		if id.ClusterID == "" {
+			id.ClusterID = cmd.RequestID
+		}
+		id.Keys = []SigningKey{key}
+	case cmd.Op == OpSetIdentity:
+	case len(id.Keys) == 0:
+		return Result{Err: fmt.Errorf("rotate key: the cluster has none yet: %w", fencelock.ErrInvalidArgument)}
+	case id.Keys[len(id.Keys)-1].Pending:
+		id.Keys[len(id.Keys)-1].Pending = false
+		id.Keys = id.Keys[max(0, len(id.Keys)-MaxSigningKeys):]
+	default:
+		key.Pending = true
+		id.Keys = append(id.Keys, key)
+	}
+	return Result{}
 }
 
 // requestKey is request rid's key in the dedupe window: the lock's name, a
@@ -366,9 +391,11 @@ func (f *FSM) grantNext(index uint64, now int64, l *lock, events *[]event) {
 }
 
 // StartEpoch moves the state to token epoch epoch, above its own, for a
-// restore; a clusterID that is not "" replaces the cluster's. Raft never
-// calls it: a restore writes the result as a new cluster's first snapshot.
-func (f *FSM) StartEpoch(epoch uint64, clusterID string) error {
+// restore. With a clusterID that is not "", the state becomes that
+// cluster's, with key as its only signing key (the old cluster's keys must
+// not sign for another). Raft never calls it: a restore writes the result
+// as a new cluster's first snapshot.
+func (f *FSM) StartEpoch(epoch uint64, clusterID string, key SigningKey) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if epoch <= f.identity.Epoch || epoch > fencelock.MaxTokenEpoch {
@@ -376,7 +403,7 @@ func (f *FSM) StartEpoch(epoch uint64, clusterID string) error {
 	}
 	f.identity.Epoch = epoch
 	if clusterID != "" {
-		f.identity.ClusterID = clusterID
+		f.identity.ClusterID, f.identity.Keys = clusterID, []SigningKey{key}
 	}
 	return nil
 }
@@ -386,10 +413,12 @@ func (f *FSM) StartEpoch(epoch uint64, clusterID string) error {
 func (f *FSM) Signer() (clusterID string, key SigningKey, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if len(f.identity.Keys) == 0 {
-		return "", SigningKey{}, false
+	for i := len(f.identity.Keys) - 1; i >= 0; i-- {
+		if k := f.identity.Keys[i]; !k.Pending {
+			return f.identity.ClusterID, k, true
+		}
 	}
-	return f.identity.ClusterID, f.identity.Keys[len(f.identity.Keys)-1], true
+	return "", SigningKey{}, false
 }
 
 // Identity returns the cluster's identity: its id and signing keys ("" and

@@ -648,16 +648,27 @@ func TestFSM_Epochs(t *testing.T) {
 func TestFSM_Identity(t *testing.T) {
 	h := newHarness(t)
 	seed := func(b byte) fencelock.LeaseID { return fencelock.LeaseID(bytes.Repeat([]byte{b}, 32)) }
+	signer := func() string { _, k, _ := h.f.Signer(); return k.ID }
+	if r := h.apply(Command{Op: OpRotateKey, Holder: "k0", LeaseID: seed(9)}); r.Err == nil {
+		t.Fatal("a rotation before the first key was applied")
+	}
 	h.apply(Command{Op: OpSetIdentity, RequestID: "c1", Holder: "k1", LeaseID: seed(1)})
 	h.apply(Command{Op: OpSetIdentity, RequestID: "c2", Holder: "kx", LeaseID: seed(9)}) // ignored: the first wins
-	h.apply(Command{Op: OpRotateKey, Holder: "k2", LeaseID: seed(2)})
-	id := h.f.Identity()
-	if id.ClusterID != "c1" || len(id.Keys) != 2 || id.Keys[0].ID != "k1" || id.Keys[1].ID != "k2" {
-		t.Fatalf("identity %+v, want c1 with keys k1, k2", id)
+	if r := h.apply(Command{Op: OpRotateKey, Holder: "bad", LeaseID: "short"}); r.Err == nil {
+		t.Fatal("a key with a short seed was applied")
+	}
+	h.apply(Command{Op: OpRotateKey, Holder: "k2", LeaseID: seed(2)}) // k2 pending
+	if id := h.f.Identity(); id.ClusterID != "c1" || len(id.Keys) != 2 || !id.Keys[1].Pending || signer() != "k1" {
+		t.Fatalf("after a first step: %+v, signer %s; want k1 signing and k2 pending", id, signer())
+	}
+	h.apply(Command{Op: OpRotateKey, Holder: "k3", LeaseID: seed(3)}) // k2 signs; k3 is not added
+	if id := h.f.Identity(); len(id.Keys) != 2 || id.Keys[1].Pending || signer() != "k2" {
+		t.Fatalf("after the second step: %+v, signer %s; want k1, k2 with k2 signing", id.Keys, signer())
 	}
 	h.apply(Command{Op: OpRotateKey, Holder: "k3", LeaseID: seed(3)})
-	if id := h.f.Identity(); len(id.Keys) != 2 || id.Keys[0].ID != "k2" || id.Keys[1].ID != "k3" {
-		t.Fatalf("after a second rotation: keys %+v, want k2, k3", id.Keys)
+	h.apply(Command{Op: OpRotateKey, Holder: "k4", LeaseID: seed(4)})
+	if id := h.f.Identity(); len(id.Keys) != 2 || id.Keys[0].ID != "k2" || signer() != "k3" {
+		t.Fatalf("after a second rotation: keys %+v, signer %s; want k2, k3 with k3 signing", id.Keys, signer())
 	}
 	snap, _ := h.f.Snapshot()
 	var buf bytes.Buffer

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock"
 )
 
 // state is the snapshot's wire form.
@@ -189,6 +191,14 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	if st.Version != formatVersion {
 		return fmt.Errorf("restore snapshot: format version %d, this build reads %d", st.Version, formatVersion)
+	}
+	for _, k := range st.Keys {
+		if len(k.Seed) != seedSize || k.ID == "" {
+			return fmt.Errorf("restore snapshot: signing key %q is not a %d-byte seed", k.ID, seedSize)
+		}
+	}
+	if st.Epoch > fencelock.MaxTokenEpoch {
+		return fmt.Errorf("restore snapshot: epoch %d is beyond the last, %d", st.Epoch, fencelock.MaxTokenEpoch)
 	}
 	f.mu.Lock()
 	f.reset()

@@ -186,14 +186,15 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	return tx, ok
 }
 
-// DoSequencer is Do for the grant a sequencer proves: v verifies seq, and
-// fn runs in a transaction fenced by its token in the domain of its lock's
-// name. A write with a sequencer cannot carry an invented token. Errors:
-// v's (each wraps fencelock.ErrInvalidSequencer), then Do's.
-func (f *Fence) DoSequencer(ctx context.Context, v *sequencer.Verifier, seq string, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	s, err := v.Verify(seq, "")
+// DoSequencer is Do for the grant a sequencer proves: v verifies seq for
+// lock domain (the domain is the lock's name), and fn runs in a
+// transaction fenced by the sequencer's token. A write with a sequencer
+// cannot carry an invented token. Errors: v's (each wraps
+// fencelock.ErrInvalidSequencer), then Do's.
+func (f *Fence) DoSequencer(ctx context.Context, v *sequencer.Verifier, seq, domain string, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	s, err := v.Verify(seq, fencelock.LockName(domain))
 	if err != nil {
 		return fmt.Errorf("fenced transaction: %w", err)
 	}
-	return f.Do(ctx, string(s.Lock), s.Token, fn)
+	return f.Do(ctx, domain, s.Token, fn)
 }

@@ -31,11 +31,14 @@ func TestFence_DoSequencer(t *testing.T) {
 		return err
 	}
 	f := postgres.New(pool)
-	if err := f.DoSequencer(t.Context(), v, sequencer.Sign(seq, priv), write); err != nil {
+	if err := f.DoSequencer(t.Context(), v, sequencer.Sign(seq, priv), "notes", write); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.DoSequencer(t.Context(), v, sequencer.Sign(seq, forger), write); !errors.Is(err, sequencer.ErrBadSignature) {
+	if err := f.DoSequencer(t.Context(), v, sequencer.Sign(seq, forger), "notes", write); !errors.Is(err, sequencer.ErrBadSignature) {
 		t.Fatalf("a forged sequencer: %v, want ErrBadSignature", err)
+	}
+	if err := f.DoSequencer(t.Context(), v, sequencer.Sign(seq, priv), "payments", write); !errors.Is(err, sequencer.ErrWrongLock) {
+		t.Fatalf("a sequencer for another lock: %v, want ErrWrongLock", err)
 	}
 	if h, _ := f.Highest(t.Context(), "notes"); h != seq.Token {
 		t.Fatalf("highest of notes %d, want the sequencer's token %d", h, seq.Token)

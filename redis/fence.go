@@ -197,14 +197,15 @@ func (f *Fence) Highest(ctx context.Context, domain string) (fencelock.Token, er
 	return fencelock.Token(v), nil
 }
 
-// SetSequencer is Set for the grant a sequencer proves: v verifies seq,
-// and key is set fenced by its token in the domain of its lock's name. A
-// write with a sequencer cannot carry an invented token. Errors: v's (each
-// wraps fencelock.ErrInvalidSequencer), then Set's.
-func (f *Fence) SetSequencer(ctx context.Context, v *sequencer.Verifier, seq, key string, value any, expiration time.Duration) error {
-	s, err := v.Verify(seq, "")
+// SetSequencer is Set for the grant a sequencer proves: v verifies seq for
+// lock domain (the domain is the lock's name), and key is set fenced by
+// the sequencer's token. A write with a sequencer cannot carry an invented
+// token. Errors: v's (each wraps fencelock.ErrInvalidSequencer), then
+// Set's.
+func (f *Fence) SetSequencer(ctx context.Context, v *sequencer.Verifier, seq, domain, key string, value any, expiration time.Duration) error {
+	s, err := v.Verify(seq, fencelock.LockName(domain))
 	if err != nil {
 		return fmt.Errorf("fenced set of %q: %w", key, err)
 	}
-	return f.Set(ctx, string(s.Lock), s.Token, key, value, expiration)
+	return f.Set(ctx, domain, s.Token, key, value, expiration)
 }

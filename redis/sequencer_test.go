@@ -18,12 +18,12 @@ func TestFence_SetSequencer(t *testing.T) {
 	now := time.Now()
 	seq := sequencer.Sequencer{Lock: "orders", Token: 1<<52 + 1, ClusterID: "c", KeyID: "k", Issued: now, LeaseEnd: now.Add(time.Minute)}
 	key := tr.prefix + "{orders}:status"
-	if err := f.SetSequencer(t.Context(), v, sequencer.Sign(seq, priv), key, "paid", 0); err != nil {
+	if err := f.SetSequencer(t.Context(), v, sequencer.Sign(seq, priv), "orders", key, "paid", 0); err != nil {
 		t.Fatal(err)
 	}
 	expired := seq
 	expired.LeaseEnd = now.Add(-time.Second)
-	if err := f.SetSequencer(t.Context(), v, sequencer.Sign(expired, priv), key, "stale", 0); !errors.Is(err, sequencer.ErrExpired) {
+	if err := f.SetSequencer(t.Context(), v, sequencer.Sign(expired, priv), "orders", key, "stale", 0); !errors.Is(err, sequencer.ErrExpired) {
 		t.Fatalf("an expired sequencer: %v, want ErrExpired", err)
 	}
 	if got, _ := tr.rdb.Get(t.Context(), key).Result(); got != "paid" {

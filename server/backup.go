@@ -43,8 +43,13 @@ type BackupInfo struct {
 
 // Backup returns a backup of the whole state: on the leader, after a
 // barrier, so that it holds every committed entry. The file is a JSON line
-// (BackupInfo), then the state as a snapshot holds it.
+// (BackupInfo), then the state as a snapshot holds it. One runs at a time;
+// another meanwhile fails with ErrUnavailable.
 func (s *Server) Backup(ctx context.Context) ([]byte, error) {
+	if !s.backingUp.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("backup: another backup is running: %w", fencelock.ErrUnavailable)
+	}
+	defer s.backingUp.Store(false)
 	if err := s.linearize(ctx); err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
@@ -141,8 +146,8 @@ type RestoreConfig struct {
 	// control only, which must catch it.
 	UnsafeSameEpoch bool
 	// NewClusterID gives the restored cluster an id of its own (e.g. a
-	// staging copy of production), so resources that pin the old id
-	// refuse its sequencers; the signing keys are kept either way.
+	// staging copy of production) and a new signing key, so resources
+	// that trust the old cluster refuse its sequencers.
 	NewClusterID string
 }
 
@@ -167,7 +172,8 @@ func RestoreBackup(r io.Reader, cfg RestoreConfig) (BackupInfo, error) {
 	case epoch <= info.Epoch || epoch > fencelock.MaxTokenEpoch:
 		return info, fmt.Errorf("restore: epoch %d must be above the backup's %d and at most %d: %w", epoch, info.Epoch, fencelock.MaxTokenEpoch, fencelock.ErrInvalidArgument)
 	default:
-		if err := f.StartEpoch(epoch, cfg.NewClusterID); err != nil {
+		keyID, seed := newKey()
+		if err := f.StartEpoch(epoch, cfg.NewClusterID, fsm.SigningKey{ID: keyID, Seed: seed, Added: time.Now().UnixNano()}); err != nil {
 			return info, err
 		}
 	}
@@ -199,9 +205,11 @@ func writeSeed(f *fsm.FSM, cfg RestoreConfig) error {
 			conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 		}
 	}
-	index := max(f.AppliedIndex(), 1)
+	// The new cluster's log starts at index 1: its tokens are the new
+	// epoch's first, and a cluster that ran out of indexes gets them all
+	// back.
 	_, trans := raft.NewInmemTransport("")
-	sink, err := snaps.Create(raft.SnapshotVersionMax, index, 1, conf, index, trans)
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 1, 1, conf, 1, trans)
 	if err != nil {
 		return fmt.Errorf("restore: create snapshot: %w", err)
 	}

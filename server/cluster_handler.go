@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/subtle"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -53,6 +54,21 @@ func (a *clusterAPI) authorize(method string, h http.Header) error {
 	return nil
 }
 
+// authorizeSecret checks a call that reads or changes the signing keys:
+// with the cluster's admin token, or, on a cluster without one, only from
+// this machine (a loopback peer).
+func (a *clusterAPI) authorizeSecret(method string, req connect.AnyRequest) error {
+	if a.cfg.AdminToken != "" {
+		return a.authorize(method, req.Header())
+	}
+	if host, _, err := net.SplitHostPort(req.Peer().Addr); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+			return nil
+		}
+	}
+	return (*api)(a).fail(method, fmt.Errorf("%s handles the cluster's signing keys: without an admin token (serve --admin-token-file) it is served to this machine only: %w", method, fencelock.ErrUnauthenticated))
+}
+
 func (a *clusterAPI) AddMember(ctx context.Context, req *connect.Request[fencelockv1.AddMemberRequest]) (*connect.Response[fencelockv1.AddMemberResponse], error) {
 	if err := a.authorize("AddMember", req.Header()); err != nil {
 		return nil, err
@@ -87,9 +103,22 @@ func (a *clusterAPI) TransferLeader(ctx context.Context, req *connect.Request[fe
 
 func keysResponse(id fsm.Identity) *fencelockv1.KeysResponse {
 	resp := &fencelockv1.KeysResponse{ClusterId: id.ClusterID, Epoch: id.Epoch}
+	signing := ""
+	for _, k := range id.Keys {
+		if !k.Pending {
+			signing = k.ID
+		}
+	}
 	for _, k := range id.Keys {
 		pub := ed25519.NewKeyFromSeed(k.Seed).Public().(ed25519.PublicKey)
-		resp.Keys = append(resp.Keys, &fencelockv1.PublicKey{Id: k.ID, Public: pub, Added: timestamppb.New(time.Unix(0, k.Added))})
+		role := "valid"
+		switch {
+		case k.Pending:
+			role = "pending"
+		case k.ID == signing:
+			role = "signing"
+		}
+		resp.Keys = append(resp.Keys, &fencelockv1.PublicKey{Id: k.ID, Public: pub, Added: timestamppb.New(time.Unix(0, k.Added)), Role: role})
 	}
 	return resp
 }
@@ -99,7 +128,7 @@ func (a *clusterAPI) Keys(context.Context, *connect.Request[fencelockv1.KeysRequ
 }
 
 func (a *clusterAPI) RotateKey(ctx context.Context, req *connect.Request[fencelockv1.RotateKeyRequest]) (*connect.Response[fencelockv1.KeysResponse], error) {
-	if err := a.authorize("RotateKey", req.Header()); err != nil {
+	if err := a.authorizeSecret("RotateKey", req); err != nil {
 		return nil, err
 	}
 	id, err := (*Server)(a).RotateKey(ctx)
@@ -113,7 +142,7 @@ func (a *clusterAPI) RotateKey(ctx context.Context, req *connect.Request[fencelo
 const backupChunk = 1 << 20
 
 func (a *clusterAPI) Backup(ctx context.Context, req *connect.Request[fencelockv1.BackupRequest], stream *connect.ServerStream[fencelockv1.BackupChunk]) error {
-	if err := a.authorize("Backup", req.Header()); err != nil {
+	if err := a.authorizeSecret("Backup", req); err != nil {
 		return err
 	}
 	b, err := (*Server)(a).Backup(ctx)

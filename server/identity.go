@@ -47,11 +47,12 @@ func newKey() (string, []byte) {
 	return hex.EncodeToString(id[:]), seed
 }
 
-// ensureIdentity gives a cluster that has none its id and first signing
-// key. The first leader does it, before it is ready, so that every grant
-// it makes carries a sequencer; a restored cluster keeps its own.
+// ensureIdentity gives a cluster that has no signing key its id (unless
+// it has one) and a first key. The first leader does it, before it is
+// ready, so that every grant it makes carries a sequencer; a restored
+// cluster keeps its own.
 func (s *Server) ensureIdentity() {
-	if id := s.fsm.Identity(); id.ClusterID != "" {
+	if id := s.fsm.Identity(); len(id.Keys) > 0 {
 		return
 	}
 	var cid [16]byte
@@ -67,9 +68,14 @@ func (s *Server) ensureIdentity() {
 	s.log.Info("cluster identity set", "cluster_id", s.fsm.Identity().ClusterID)
 }
 
-// RotateKey adds a new signing key. Sequencers of the previous key stay
-// valid; those of older keys are refused from then on.
+// RotateKey takes one step of a key rotation: without a pending key it
+// adds one, published by Keys but not signing yet, so that resources can
+// trust it first; with one, the pending key starts signing, the key that
+// signed stays valid, and older ones are dropped.
 func (s *Server) RotateKey(ctx context.Context) (fsm.Identity, error) {
+	if len(s.fsm.Identity().Keys) == 0 {
+		return fsm.Identity{}, fmt.Errorf("rotate key: the cluster has no signing key yet: %w", fencelock.ErrUnavailable)
+	}
 	keyID, seed := newKey()
 	if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRotateKey, Holder: keyID, LeaseID: fencelock.LeaseID(seed)}); err != nil {
 		return fsm.Identity{}, err
@@ -77,16 +83,22 @@ func (s *Server) RotateKey(ctx context.Context) (fsm.Identity, error) {
 	return s.fsm.Identity(), nil
 }
 
-// sequence returns the sequencer of a grant or renewal made now with ttl,
-// and the cluster id; "" for both before the cluster has a key.
+// sequence returns the sequencer of a grant or renewal, and the cluster
+// id; "" for both before the cluster has a key. Its lease end is the lease
+// table's deadline for the grant (now + ttl if the table has none), never
+// later than the lease really ends.
 func (s *Server) sequence(name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration) (string, string) {
 	sg := s.signers.get(s.fsm)
 	if sg == nil {
 		return "", ""
 	}
 	now := time.Now()
+	end, ok := s.leases.expiry(name, token)
+	if !ok || end.After(now.Add(ttl)) {
+		end = now.Add(ttl)
+	}
 	seq := sequencer.Sequencer{Lock: name, Token: token, ClusterID: sg.clusterID, KeyID: sg.keyID,
-		LeaseHash: sequencer.LeaseHash(lease), Issued: now, LeaseEnd: now.Add(ttl)}
+		LeaseHash: sequencer.LeaseHash(lease), Issued: now, LeaseEnd: end}
 	return sequencer.Sign(seq, sg.key), sg.clusterID
 }
 
@@ -101,22 +113,25 @@ func (s *Server) Verifier() *sequencer.Verifier {
 	return v
 }
 
-// CheckSequencer verifies text's signature with the cluster's keys (its
-// lease end aside) and reports whether its grant is the lock's current
-// one, on the leader after a barrier, with the lock's current token.
+// CheckSequencer, on the leader after a barrier, verifies text's signature
+// with the cluster's keys (its lease end aside: the question is the grant)
+// and reports whether its grant is the lock's current one with a lease
+// that has not run out, and the lock's current token.
 func (s *Server) CheckSequencer(ctx context.Context, text string) (seq sequencer.Sequencer, current bool, token fencelock.Token, err error) {
-	v := s.Verifier()
-	v.Now = func() time.Time { return time.Time{} } // the question is the grant, not the lease end
-	if seq, err = v.Verify(text, ""); err != nil {
-		return seq, false, 0, err
-	}
 	if err := s.linearize(ctx); err != nil {
 		return seq, false, 0, fmt.Errorf("check sequencer: %w", err)
+	}
+	v := s.Verifier()
+	v.Now = func() time.Time { return time.Time{} }
+	if seq, err = v.Verify(text, ""); err != nil {
+		return seq, false, 0, err
 	}
 	l, ok := s.fsm.Get(seq.Lock)
 	if !ok || l.Holder == nil {
 		return seq, false, 0, nil
 	}
 	h := l.Holder
-	return seq, h.Token == seq.Token && sequencer.LeaseHash(h.LeaseID) == seq.LeaseHash, h.Token, nil
+	end, live := s.leases.expiry(seq.Lock, h.Token)
+	current = h.Token == seq.Token && sequencer.LeaseHash(h.LeaseID) == seq.LeaseHash && live && end.After(time.Now())
+	return seq, current, h.Token, nil
 }

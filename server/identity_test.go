@@ -3,11 +3,15 @@ package server
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testproc"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/sequencer"
 )
 
@@ -26,7 +30,7 @@ func TestSequencers(t *testing.T) {
 		t.Fatalf("grant %+v, identity %+v: want a sequencer of the cluster's one key", g, id)
 	}
 	seq, err := s.Verifier().Verify(g.Sequencer, "reports")
-	if err != nil || seq.Token != g.Token || seq.LeaseHash != sequencer.LeaseHash(g.LeaseID) || seq.LeaseEnd.Sub(seq.Issued) != 5*time.Second {
+	if err != nil || seq.Token != g.Token || seq.LeaseHash != sequencer.LeaseHash(g.LeaseID) || seq.LeaseEnd.Sub(seq.Issued) > 5*time.Second || seq.LeaseEnd.Sub(seq.Issued) < 4*time.Second {
 		t.Fatalf("Verify = %+v, %v; want the grant's token %d and lease", seq, err, g.Token)
 	}
 	if cur, tok, err := checkSeq(t, s, g.Sequencer); !cur || tok != g.Token || err != nil {
@@ -42,21 +46,43 @@ func TestSequencers(t *testing.T) {
 	if cur, tok, err := checkSeq(t, s, g.Sequencer); cur || tok != g2.Token || err != nil {
 		t.Fatalf("CheckSequencer of an ended grant: %v %d %v; want not current, token %d", cur, tok, err, g2.Token)
 	}
+	rotate := func() { // both steps: add a pending key, then make it sign
+		t.Helper()
+		for range 2 {
+			if _, err := s.RotateKey(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s.RotateKey(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g3, err := s.Acquire(ctx, AcquireRequest{Name: "other", TTL: time.Second}); err != nil || !strings.Contains(g3.Sequencer, ".") ||
+		mustVerify(t, s, g3.Sequencer).KeyID != s.fsm.Identity().Keys[0].ID {
+		t.Fatalf("with a pending key, grants are signed by the key that signed: %v", err)
+	}
 	if _, err := s.RotateKey(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Verifier().Verify(g.Sequencer, ""); err != nil {
 		t.Fatalf("after one rotation the old key's sequencer: %v, want valid", err)
 	}
-	if _, err := s.RotateKey(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rotate()
 	if _, err := s.Verifier().Verify(g.Sequencer, ""); !errors.Is(err, sequencer.ErrUnknownKey) {
 		t.Fatalf("after two rotations the first key's sequencer: %v, want ErrUnknownKey", err)
 	}
 	if _, _, err := checkSeq(t, s, g.Sequencer); !errors.Is(err, fencelock.ErrInvalidSequencer) {
 		t.Fatalf("CheckSequencer of a rotated-away key: %v", err)
 	}
+}
+
+func mustVerify(t *testing.T, s *Server, text string) sequencer.Sequencer {
+	t.Helper()
+	seq, err := s.Verifier().Verify(text, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq
 }
 
 func checkSeq(t *testing.T, s *Server, text string) (bool, fencelock.Token, error) {
@@ -120,5 +146,21 @@ func TestBackupRestore_StartsTheNextEpoch(t *testing.T) {
 	}
 	if _, err := r.Verifier().Verify(g.Sequencer, "a"); err != nil {
 		t.Fatalf("a restored cluster's sequencer with its keys: %v", err)
+	}
+}
+
+// TestKeyCalls_needTheAdminTokenOffTheMachine: without an admin token,
+// Backup and RotateKey are refused to a caller that is not on loopback.
+func TestKeyCalls_needTheAdminTokenOffTheMachine(t *testing.T) {
+	s := openInProcess(t)
+	a := (*clusterAPI)(s)
+	if _, err := a.RotateKey(t.Context(), connect.NewRequest(&fencelockv1.RotateKeyRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("RotateKey from no known peer: %v, want unauthenticated", err)
+	}
+	if err := a.authorizeSecret("Backup", connect.NewRequest(&fencelockv1.BackupRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("Backup from no known peer: %v, want unauthenticated", err)
+	}
+	if n := len(s.fsm.Identity().Keys); n != 1 {
+		t.Fatalf("%d keys after a refused rotation, want 1", n)
 	}
 }

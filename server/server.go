@@ -35,6 +35,8 @@ type Server struct {
 	leaderCheck *leaderCheck
 	// signers caches the key that signs sequencers.
 	signers signerCache
+	// backingUp is set while a Backup runs.
+	backingUp atomic.Bool
 	// clock stamps Command.Now.
 	clock *cmdClock
 	// membership serialises membership changes: each checks the quorum the

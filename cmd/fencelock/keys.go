@@ -13,9 +13,11 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlags("keys", "keys [rotate] [flags]\n\n"+
 		"Prints the cluster's id, token epoch and public signing keys: what a resource\n"+
 		"that verifies sequencers trusts (fencelock store --sequencer-keys FILE takes\n"+
-		"the --json form). \"keys rotate\" adds a new signing key: sequencers of the\n"+
-		"previous key stay valid, older ones are refused (admin token: set\n"+
-		"FENCELOCK_ADMIN_TOKEN). Give resources the new key before rotating again.", stderr)
+		"the --json form). A rotation is two \"keys rotate\": the first adds a pending\n"+
+		"key (published, not signing: give resources the new keys), the second makes\n"+
+		"it sign; sequencers of the key before stay valid, older keys are dropped.\n"+
+		"With an admin token on the cluster set FENCELOCK_ADMIN_TOKEN; without one,\n"+
+		"rotate works from the node's machine only.", stderr)
 	newClient := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON (the form --sequencer-keys reads)")
 	if err := parse(fs, args); err != nil {
@@ -49,12 +51,8 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return json.NewEncoder(stdout).Encode(k)
 	}
 	fmt.Fprintf(stdout, "cluster %s, epoch %d\n", k.ClusterID, k.Epoch)
-	for i, key := range k.Keys {
-		current := ""
-		if i == len(k.Keys)-1 {
-			current = " (signs)"
-		}
-		fmt.Fprintf(stdout, "key %s ed25519 %s%s\n", key.ID, base64.StdEncoding.EncodeToString(key.Public), current)
+	for _, key := range k.Keys {
+		fmt.Fprintf(stdout, "key %s ed25519 %s %s\n", key.ID, base64.StdEncoding.EncodeToString(key.Public), k.Roles[key.ID])
 	}
 	return nil
 }

@@ -196,3 +196,34 @@ func TestSnapshot_LastEpochTokensAreExact(t *testing.T) {
 		t.Fatalf("one below the last epoch's token: %v, want stale", err)
 	}
 }
+
+// TestKeys_rotateInTwoSteps: keys prints the cluster's keys; a first
+// rotate adds a pending key, a second makes it sign.
+func TestKeys_rotateInTwoSteps(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := testproc.StartServer(t)
+	roles := func(args ...string) map[string]string {
+		t.Helper()
+		out, code := testproc.Run(ctx, t, nil, append([]string{"keys", "--json", "--server", s.Addr}, args...)...)
+		var k client.Keys
+		if code != 0 || json.Unmarshal([]byte(out), &k) != nil || k.ClusterID == "" {
+			t.Fatalf("keys %v exited %d: %s", args, code, out)
+		}
+		count := map[string]string{}
+		for _, key := range k.Keys {
+			count[k.Roles[key.ID]] += key.ID
+		}
+		return count
+	}
+	first := roles()
+	if len(first) != 1 || first["signing"] == "" {
+		t.Fatalf("a new cluster's keys: %v, want one signing key", first)
+	}
+	if r := roles("rotate"); r["signing"] != first["signing"] || r["pending"] == "" {
+		t.Fatalf("after one rotate: %v, want the same signing key and a pending one", r)
+	}
+	if r := roles("rotate"); r["valid"] != first["signing"] || r["signing"] == "" || r["signing"] == first["signing"] || r["pending"] != "" {
+		t.Fatalf("after the second rotate: %v, want the new key signing and %s valid", r, first["signing"])
+	}
+}

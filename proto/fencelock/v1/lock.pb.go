@@ -1597,10 +1597,13 @@ func (*RotateKeyRequest) Descriptor() ([]byte, []int) {
 }
 
 type PublicKey struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Public        []byte                 `protobuf:"bytes,2,opt,name=public,proto3" json:"public,omitempty"`
-	Added         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=added,proto3" json:"added,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Public []byte                 `protobuf:"bytes,2,opt,name=public,proto3" json:"public,omitempty"`
+	Added  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=added,proto3" json:"added,omitempty"`
+	// signing (the one key that signs), valid (signed before, still trusted)
+	// or pending (published, signs after the next rotation step).
+	Role          string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1656,11 +1659,18 @@ func (x *PublicKey) GetAdded() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *PublicKey) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
 type KeysResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	Epoch     uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	// Oldest first; the last one signs.
+	// Oldest first.
 	Keys          []*PublicKey `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2449,11 +2459,12 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\aexpires\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x16\n" +
 	"\x06leader\x18\x06 \x01(\tR\x06leader\"\r\n" +
 	"\vKeysRequest\"\x12\n" +
-	"\x10RotateKeyRequest\"e\n" +
+	"\x10RotateKeyRequest\"y\n" +
 	"\tPublicKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06public\x18\x02 \x01(\fR\x06public\x120\n" +
-	"\x05added\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05added\"p\n" +
+	"\x05added\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05added\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\"p\n" +
 	"\fKeysResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +

@@ -402,8 +402,9 @@ type ClusterServiceClient interface {
 	// Keys returns the cluster's id, token epoch and public signing keys,
 	// for resources that verify sequencers.
 	Keys(context.Context, *connect.Request[v1.KeysRequest]) (*connect.Response[v1.KeysResponse], error)
-	// RotateKey adds a new signing key; sequencers of the previous key stay
-	// valid, those of the one before are refused from then on.
+	// RotateKey takes one step of a key rotation: it adds a pending key
+	// (published, not signing), or makes the pending key sign; sequencers of
+	// the key before stay valid, older keys are dropped.
 	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.KeysResponse], error)
 	// Backup streams a snapshot of the whole state from the leader (it holds
 	// the signing keys: keep it as secret as they are).
@@ -529,8 +530,9 @@ type ClusterServiceHandler interface {
 	// Keys returns the cluster's id, token epoch and public signing keys,
 	// for resources that verify sequencers.
 	Keys(context.Context, *connect.Request[v1.KeysRequest]) (*connect.Response[v1.KeysResponse], error)
-	// RotateKey adds a new signing key; sequencers of the previous key stay
-	// valid, those of the one before are refused from then on.
+	// RotateKey takes one step of a key rotation: it adds a pending key
+	// (published, not signing), or makes the pending key sign; sequencers of
+	// the key before stay valid, older keys are dropped.
 	RotateKey(context.Context, *connect.Request[v1.RotateKeyRequest]) (*connect.Response[v1.KeysResponse], error)
 	// Backup streams a snapshot of the whole state from the leader (it holds
 	// the signing keys: keep it as secret as they are).
