@@ -25,10 +25,10 @@ func TestLock_PassesTokenAndRefusesSecondHolder(t *testing.T) {
 	defer cancel()
 	env := []string{"FENCELOCK_SERVER=" + srv.Addr}
 
-	out, code := testproc.Run(ctx, t, env, "lock", "job", "--", "sh", "-c", "echo token=$FENCELOCK_TOKEN lock=$FENCELOCK_LOCK")
-	m := regexp.MustCompile(`token=(\d+) lock=job`).FindStringSubmatch(out)
+	out, code := testproc.Run(ctx, t, env, "lock", "job", "--", "sh", "-c", "echo token=$FENCELOCK_TOKEN lock=$FENCELOCK_LOCK seq=$FENCELOCK_SEQUENCER")
+	m := regexp.MustCompile(`token=(\d+) lock=job seq=fls1\.[A-Za-z0-9_-]+`).FindStringSubmatch(out)
 	if code != 0 || m == nil {
-		t.Fatalf("lock -- sh -c echo: exit %d, output %q; want the token printed", code, out)
+		t.Fatalf("lock -- sh -c echo: exit %d, output %q; want the token and the sequencer printed", code, out)
 	}
 	first, _ := strconv.ParseUint(m[1], 10, 64)
 	if first == 0 {

@@ -139,6 +139,9 @@ func checkNewEra(t *testing.T, addrs []string, res *fence.MemoryResource, t2 fen
 	if _, err := (&sequencer.Verifier{Keys: keys.Keys}).Verify(l.Sequencer(), "reports"); err != nil || keys.Epoch != 1 {
 		t.Fatalf("the restored cluster's sequencer: %v (keys %+v)", err, keys)
 	}
+	if cur, tok, err := c.CheckSequencer(ctx, l.Sequencer()); !cur || tok != l.Token() || err != nil {
+		t.Fatalf("CheckSequencer of the held grant: %v, %d, %v; want current, token %d", cur, tok, err, l.Token())
+	}
 }
 
 // TestSnapshot_LastEpochTokensAreExact: a cluster restored into the last
