@@ -183,7 +183,7 @@ func TestClient_SkipsASilentNodeThatAFollowerNames(t *testing.T) {
 	c.dial = func(u string) node { return nodes[u] }
 	var eps []*endpoint
 	for _, e := range c.cfg.Endpoints {
-		eps = append(eps, c.newEndpoint(endpointURL(e)))
+		eps = append(eps, c.newEndpoint(c.endpointURL(e)))
 	}
 	c.eps.Store(&eps)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,11 @@ type Config struct {
 	// AdminToken is sent with membership changes (AddMember, RemoveMember,
 	// TransferLeader) to a cluster started with an admin token.
 	AdminToken string
+	// TLS, if set, makes every endpoint HTTPS (host:port without a scheme
+	// means https://host:port) with this configuration: the CA the nodes'
+	// certificates chain to, and a client certificate for a cluster that
+	// asks for one. Without it, https:// endpoints use the system's roots.
+	TLS *tls.Config
 }
 
 // DefaultConfig returns a configuration for the given endpoints.
@@ -127,25 +133,33 @@ func NewFromConfig(cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, hc: cfg.HTTPClient, close: func() {}}
 	if c.hc == nil {
-		tr := newTransport()
+		tr := newTransport(cfg.TLS)
 		c.hc, c.close = &http.Client{Transport: tr}, tr.(schemes).CloseIdleConnections
 	}
 	c.dial = func(url string) node { return newSessionNode(newConnectNode(c.hc, url)) }
 	var eps []*endpoint
 	for _, e := range cfg.Endpoints {
-		eps = append(eps, c.newEndpoint(endpointURL(e)))
+		eps = append(eps, c.newEndpoint(c.endpointURL(e)))
 	}
 	c.eps.Store(&eps)
 	return c, nil
 }
 
-// endpointURL returns e as a URL without a trailing slash.
-func endpointURL(e string) string {
+// endpointURL returns e as a URL without a trailing slash: https:// for a
+// host:port with Config.TLS, http:// without.
+func (c *Client) endpointURL(e string) string {
 	u := strings.TrimRight(strings.TrimSpace(e), "/")
 	if !strings.Contains(u, "://") {
-		u = "http://" + u
+		u = c.scheme() + u
 	}
 	return u
+}
+
+func (c *Client) scheme() string {
+	if c.cfg.TLS != nil {
+		return "https://"
+	}
+	return "http://"
 }
 
 // Close ends the client's streams and closes its idle connections; calls
@@ -279,7 +293,7 @@ func (c *Client) endpointOf(addr string) int {
 			return i
 		}
 	}
-	grown := append(append([]*endpoint(nil), eps...), c.newEndpoint("http://"+addr))
+	grown := append(append([]*endpoint(nil), eps...), c.newEndpoint(c.scheme()+addr))
 	c.eps.Store(&grown)
 	return len(grown) - 1
 }

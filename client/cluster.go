@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
+
 	"time"
 
 	"connectrpc.com/connect"
@@ -48,11 +48,7 @@ type NodeStatus struct {
 // Status asks the node at addr (host:port or URL; it need not be one of the
 // client's endpoints) for its view of the cluster. It does not retry.
 func (c *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
-	u := strings.TrimRight(addr, "/")
-	if !strings.Contains(u, "://") {
-		u = "http://" + u
-	}
-	resp, err := fencelockv1connect.NewClusterServiceClient(c.hc, u).Status(ctx, connect.NewRequest(&fencelockv1.StatusRequest{}))
+	resp, err := fencelockv1connect.NewClusterServiceClient(c.hc, c.endpointURL(addr)).Status(ctx, connect.NewRequest(&fencelockv1.StatusRequest{}))
 	if err != nil {
 		return NodeStatus{}, fmt.Errorf("status of %s: %w", addr, wire.FromConnect(err))
 	}

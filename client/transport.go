@@ -52,7 +52,7 @@ const (
 // each connection. golang.org/x/net/http2 dials one connection at a time
 // per node, also when thousands of calls start at once, and a new one only
 // when the node's limit of calls per connection is reached.
-func newTransport() http.RoundTripper {
+func newTransport(tlsConf *tls.Config) http.RoundTripper {
 	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	h2c := &http2.Transport{
 		AllowHTTP: true,
@@ -62,7 +62,7 @@ func newTransport() http.RoundTripper {
 		ReadIdleTimeout: pingAfter,
 		PingTimeout:     pingTimeout,
 	}
-	h2 := &http2.Transport{ReadIdleTimeout: pingAfter, PingTimeout: pingTimeout}
+	h2 := &http2.Transport{ReadIdleTimeout: pingAfter, PingTimeout: pingTimeout, TLSClientConfig: tlsConf}
 	return schemes{"http": h2c, "https": h2}
 }
 

@@ -75,7 +75,7 @@ func (s *Server) registerLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
-		c := fencelockv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+leaderAPI)
+		c := s.peerAPI(leaderAPI)
 		_, err := c.AddMember(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.AddMemberRequest{
 			Id: s.cfg.NodeID, RaftAddr: s.cfg.RaftAddr, ApiAddr: s.cfg.APIAddr}), s.cfg.AdminToken))
 		cancel()
@@ -302,7 +302,7 @@ func (s *Server) statusOf(ctx context.Context, api string) (*fencelockv1.StatusR
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	c := fencelockv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+api)
+	c := s.peerAPI(api)
 	resp, err := c.Status(ctx, connect.NewRequest(&fencelockv1.StatusRequest{}))
 	if err != nil {
 		return nil, err
@@ -354,4 +354,16 @@ func (s *Server) raftErr(what string, err error) error {
 	// ErrLeadershipLost: the change was appended and may have taken
 	// effect; its outcome is unknown (ErrUnavailable), not refused.
 	return fmt.Errorf("%s: %v: %w", what, err, fencelock.ErrUnavailable)
+}
+
+// peerAPI is a client of another node's ClusterService at api: HTTPS with
+// APITLS when set.
+func (s *Server) peerAPI(api string) fencelockv1connect.ClusterServiceClient {
+	if s.cfg.APITLS == nil {
+		return fencelockv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+api)
+	}
+	s.peerHTTPOnce.Do(func() {
+		s.peerHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: s.cfg.APITLS, ForceAttemptHTTP2: true}}
+	})
+	return fencelockv1connect.NewClusterServiceClient(s.peerHTTP, "https://"+api)
 }

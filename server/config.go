@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,13 @@ type Config struct {
 	// APIAddr is the API address other nodes and clients reach this node
 	// at; followers name the leader's in their not_leader answers.
 	APIAddr string
+	// PeerTLS, if set, makes Raft links mutual TLS (tlsconf.Peer): a
+	// connection whose peer has no certificate of the cluster's CA is
+	// closed before any RPC is read.
+	PeerTLS *tls.Config
+	// APITLS, if set, is the client configuration of this node's calls to
+	// other nodes' APIs, which are then HTTPS (the nodes serve TLS).
+	APITLS *tls.Config
 
 	// Bootstrap lists the voters of a new cluster (this node among them).
 	// Empty means a one-node group of this node alone. Ignored when the data

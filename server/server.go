@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,9 @@ type Server struct {
 	signers signerCache
 	// backingUp is set while a Backup runs.
 	backingUp atomic.Bool
+	// peerHTTP carries calls to other nodes' APIs over TLS (APITLS).
+	peerHTTP     *http.Client
+	peerHTTPOnce sync.Once
 	// clock stamps Command.Now.
 	clock *cmdClock
 	// membership serialises membership changes: each checks the quorum the
@@ -145,11 +149,19 @@ func openTransport(cfg Config, raftLog hclog.Logger) (*raft.NetworkTransport, er
 	if len(cfg.PeerAddrs) > 0 {
 		tc.ServerAddressProvider = peerAddrs(cfg.PeerAddrs)
 	}
-	trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, addr, tc)
+	if cfg.PeerTLS == nil {
+		trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, addr, tc)
+		if err != nil {
+			return nil, fmt.Errorf("listen on raft address %q: %w", cfg.RaftAddr, err)
+		}
+		return trans, nil
+	}
+	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on raft address %q: %w", cfg.RaftAddr, err)
 	}
-	return trans, nil
+	tc.Stream = newTLSStream(ln, addr, cfg.PeerTLS)
+	return raft.NewNetworkTransportWithConfig(tc), nil
 }
 
 // raftConfig is the Raft configuration of a node, and the channel that

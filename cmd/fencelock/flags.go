@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/tlsconf"
 )
 
 // errUsage marks a command-line mistake (exit status 2).
@@ -58,6 +59,9 @@ func clientFlags(fs *flag.FlagSet) func() (*client.Client, error) {
 	}
 	server := fs.String("server", def, "service endpoints, comma-separated host:port (env FENCELOCK_SERVER)")
 	retry := fs.Duration("retry-timeout", 10*time.Second, "how long a call keeps retrying while the service is unreachable or leaderless (then exit 4)")
+	cacert := fs.String("cacert", os.Getenv("FENCELOCK_CACERT"), "CA file the nodes' certificates chain to: talk HTTPS (env FENCELOCK_CACERT)")
+	cert := fs.String("cert", os.Getenv("FENCELOCK_CERT"), "client certificate file, for a cluster that asks for one (env FENCELOCK_CERT)")
+	key := fs.String("key", os.Getenv("FENCELOCK_KEY"), "the client certificate's key file (env FENCELOCK_KEY)")
 	return func() (*client.Client, error) {
 		if *retry <= 0 {
 			return nil, usageErr("--retry-timeout %v: want a positive duration", *retry)
@@ -75,6 +79,13 @@ func clientFlags(fs *flag.FlagSet) func() (*client.Client, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		cfg.RetryTimeout = *retry
 		cfg.AdminToken = strings.TrimSpace(os.Getenv("FENCELOCK_ADMIN_TOKEN")) // membership changes
+		if *cacert != "" || *cert != "" {
+			tc, err := tlsconf.Client(tlsconf.Files{Cert: *cert, Key: *key, CA: *cacert})
+			if err != nil {
+				return nil, usageErr("%v", err)
+			}
+			cfg.TLS = tc
+		}
 		return client.NewFromConfig(cfg)
 	}
 }

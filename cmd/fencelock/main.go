@@ -31,6 +31,7 @@ Service:
   conformance  check an HTTP service's fencing against the cases every resource passes
   snapshot   back up the state (save), look into a backup (inspect), seed a new cluster (restore)
   keys       print the cluster's id and public signing keys; rotate the signing key
+  tls        make a development CA and certificates for a mutual-TLS cluster
   version    print the version and the revision it was built from
 
 Locks:
@@ -79,6 +80,7 @@ var commands = map[string]command{
 	"conformance": runConformance,
 	"snapshot":    runSnapshot,
 	"keys":        runKeys,
+	"tls":         runTLS,
 	"version":     runVersion,
 }
 

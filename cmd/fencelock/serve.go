@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -42,7 +43,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pprofOn := fs.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on the API address")
 	procs := fs.Int("procs", 1, "OS threads that run Go code at once (GOMAXPROCS); 0: Go's default (every CPU). A node's work is a few goroutines that hand requests to each other; on one thread they do so without waking another, which measured 10-25% faster on a 2-core machine (docs/PERFORMANCE.md). Raise it for a node that uses a whole core. Without this flag, a GOMAXPROCS environment variable wins")
 	tokenFile := fs.String("admin-token-file", "", "file holding the cluster's admin token, required by membership changes (default: env FENCELOCK_ADMIN_TOKEN; none: membership changes are open)")
+	var tf tlsFlags
+	tf.register(fs, true)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	apiTLS, err := applyTLS(&cfg, &tf, *listen)
+	if err != nil {
 		return err
 	}
 	token, err := adminToken(*tokenFile)
@@ -84,13 +91,37 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--join and --bootstrap exclude each other: bootstrap a new cluster, or join one")
 	}
 	cfg.Join = *join != ""
-	return serveNode(ctx, cfg, serveOpts{listen: *listen, advertise: *advertise, join: *join, pprof: *pprofOn})
+	return serveNode(ctx, cfg, serveOpts{listen: *listen, advertise: *advertise, join: *join, pprof: *pprofOn, tls: apiTLS})
+}
+
+// applyTLS sets the node's Raft and peer-API TLS from the flags, refuses
+// unprotected addresses beyond loopback, and returns the API listener's
+// TLS configuration (nil: plain HTTP).
+func applyTLS(cfg *server.Config, tf *tlsFlags, listen string) (*tls.Config, error) {
+	apiTLS, err := tf.server()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.PeerTLS, err = tf.peer(); err != nil {
+		return nil, err
+	}
+	if cfg.APITLS, err = tf.nodeClient(); err != nil {
+		return nil, usageErr("%v", err)
+	}
+	if err := tf.exposed("--listen", listen, apiTLS != nil && tf.clientCertAuth); err != nil {
+		return nil, err
+	}
+	if err := tf.exposed("--raft-addr", cfg.RaftAddr, cfg.PeerTLS != nil); err != nil {
+		return nil, err
+	}
+	return apiTLS, nil
 }
 
 // serveOpts are the flags of serve that are not the node's Config.
 type serveOpts struct {
 	listen, advertise, join string
 	pprof                   bool
+	tls                     *tls.Config // the API's; nil: plain HTTP (h2c)
 }
 
 // serveNode runs the node of cfg on its API address until ctx ends. On the
@@ -125,7 +156,12 @@ func serveNode(ctx context.Context, cfg server.Config, o serveOpts) error {
 	}
 	hs := server.HTTPServer(handler)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	if o.tls != nil {
+		hs.TLSConfig = o.tls
+		go func() { serveErr <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { serveErr <- hs.Serve(ln) }()
+	}
 	log.Info("fencelock serving", "api", ln.Addr().String(), "raft", cfg.RaftAddr, "data_dir", cfg.DataDir, "node", cfg.NodeID, "procs", runtime.GOMAXPROCS(0))
 
 	if cfg.Join {
@@ -180,6 +216,7 @@ func joinCluster(ctx context.Context, via string, cfg server.Config) error {
 	ccfg := client.DefaultConfig(strings.Split(via, ",")...)
 	ccfg.AdminToken = cfg.AdminToken
 	ccfg.Logger = cfg.Logger
+	ccfg.TLS = cfg.APITLS
 	c, err := client.NewFromConfig(ccfg)
 	if err != nil {
 		return err

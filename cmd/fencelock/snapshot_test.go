@@ -81,10 +81,12 @@ func TestSnapshot_RestoredTokensAreAboveEveryOldToken(t *testing.T) {
 		t.Fatalf("snapshot restore exited %d:\n%s", code, out)
 	}
 	one.Start()
-	checkNewEra(t, []string{one.Addr}, res, t2)
+	checkNewEra(t, []string{one.Addr}, res, t2, 1)
 	one.Kill9()
 
 	// Three nodes, each restored from the same backup with the same voters.
+	// A second restore of one backup must name an epoch above the first's:
+	// the resource accepted tokens of the first restored cluster.
 	var nodes []*testproc.Server
 	var boot []string
 	for i := range 3 {
@@ -96,20 +98,20 @@ func TestSnapshot_RestoredTokensAreAboveEveryOldToken(t *testing.T) {
 	var addrs []string
 	for i, s := range nodes {
 		out, code = testproc.Run(ctx, t, nil, "snapshot", "restore", file, "--data-dir", s.DataDir,
-			"--node-id", testproc.NodeID(i), "--raft-addr", s.RaftAddr, "--bootstrap", strings.Join(boot, ","))
+			"--node-id", testproc.NodeID(i), "--raft-addr", s.RaftAddr, "--bootstrap", strings.Join(boot, ","), "--epoch", "2")
 		if code != 0 {
 			t.Fatalf("snapshot restore of %s exited %d:\n%s", testproc.NodeID(i), code, out)
 		}
 		s.Start()
 		addrs = append(addrs, s.Addr)
 	}
-	checkNewEra(t, addrs, res, t2)
+	checkNewEra(t, addrs, res, t2, 2)
 }
 
 // checkNewEra acquires "reports" on the restored cluster: its token must be
-// above t2, res must accept it, and its sequencer must verify with the
-// cluster's keys.
-func checkNewEra(t *testing.T, addrs []string, res *fence.MemoryResource, t2 fencelock.Token) {
+// above t2, in epoch, res must accept it, and its sequencer must verify
+// with the cluster's keys.
+func checkNewEra(t *testing.T, addrs []string, res *fence.MemoryResource, t2 fencelock.Token, epoch uint64) {
 	t.Helper()
 	c, err := client.New(addrs...)
 	if err != nil {
@@ -123,8 +125,8 @@ func checkNewEra(t *testing.T, addrs []string, res *fence.MemoryResource, t2 fen
 		t.Fatal(err)
 	}
 	defer l.Release(context.WithoutCancel(ctx))
-	if l.Token() <= t2 || l.Token().Epoch() != 1 {
-		t.Fatalf("the restored cluster's first token %d (epoch %d), want above %d, in epoch 1", l.Token(), l.Token().Epoch(), t2)
+	if l.Token() <= t2 || l.Token().Epoch() != epoch {
+		t.Fatalf("the restored cluster's first token %d (epoch %d), want above %d, in epoch %d", l.Token(), l.Token().Epoch(), t2, epoch)
 	}
 	if _, err := res.Put(ctx, "reports", l.Token(), "report.pdf", []byte(fmt.Sprint(l.Token()))); err != nil {
 		t.Fatalf("the resource that accepted T2 refused the new token: %v", err)
@@ -136,7 +138,7 @@ func checkNewEra(t *testing.T, addrs []string, res *fence.MemoryResource, t2 fen
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := (&sequencer.Verifier{Keys: keys.Keys}).Verify(l.Sequencer(), "reports"); err != nil || keys.Epoch != 1 {
+	if _, err := (&sequencer.Verifier{Keys: keys.Keys}).Verify(l.Sequencer(), "reports"); err != nil || keys.Epoch != epoch {
 		t.Fatalf("the restored cluster's sequencer: %v (keys %+v)", err, keys)
 	}
 	if cur, tok, err := c.CheckSequencer(ctx, l.Sequencer()); !cur || tok != l.Token() || err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -50,7 +51,16 @@ func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keysFile := fs.String("sequencer-keys", "", "accept a write only with a Fencing-Sequencer signed by these keys (the JSON of \"fencelock keys --json\"; several clusters' one after another) for the write's domain and token")
 	skew := fs.Duration("sequencer-skew", time.Second, "with --sequencer-keys: how long past its lease end a sequencer still passes (clock differences)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	var tf tlsFlags
+	tf.register(fs, false)
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	tlsConf, err := tf.server()
+	if err != nil {
+		return err
+	}
+	if err := tf.exposed("--listen", *listen, tlsConf != nil && tf.clientCertAuth); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -87,7 +97,11 @@ func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		ln.Close()
 		return err
 	}
-	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+	scheme := "http"
+	if tlsConf != nil {
+		ln, scheme = tls.NewListener(ln, tlsConf), "https"
+	}
+	fmt.Fprintf(stdout, "listening on %s://%s\n", scheme, ln.Addr())
 	cfg.Logger.Info("fencelock store serving", "addr", ln.Addr().String(), "data_dir", cfg.DataDir)
 	serveErr := s.Serve(ctx, ln) // closes ln
 	cfg.Logger.Info("fencelock store stopped")

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/internal/tlsconf"
+)
+
+// devCerts makes a CA and one certificate for every node and client with
+// "fencelock tls" and returns their files.
+func devCerts(t *testing.T) tlsconf.Files {
+	t.Helper()
+	dir := t.TempDir()
+	ctx := t.Context()
+	for _, args := range [][]string{{"tls", "ca", "--dir", dir}, {"tls", "cert", "node", "--dir", dir, "--hosts", "127.0.0.1,localhost"}} {
+		if out, code := testproc.Run(ctx, t, nil, args...); code != 0 || !strings.Contains(out, "wrote") {
+			t.Fatalf("fencelock %v exited %d: %s", args, code, out)
+		}
+	}
+	return tlsconf.Files{Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem"), CA: filepath.Join(dir, "ca.pem")}
+}
+
+// injectTerm sends a follower an AppendEntries of a non-member with a
+// term five above the cluster's, over plain TCP, and returns the term the
+// follower then reports.
+func injectTerm(t *testing.T, c *testproc.Cluster) (sent, after uint64, err error) {
+	t.Helper()
+	l := c.WaitLeader(-1)
+	f := (l + 1) % len(c.Nodes)
+	cl, cerr := client.New(c.Endpoints()...)
+	if cerr != nil {
+		t.Fatal(cerr)
+	}
+	defer cl.Close()
+	st, serr := cl.Status(t.Context(), c.Nodes[f].Addr)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	trans, terr := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	defer trans.Close()
+	sent = st.Term + 5
+	req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("intruder"), Addr: []byte(trans.LocalAddr())},
+		Term: sent, PrevLogEntry: st.LastLogIndex, PrevLogTerm: st.Term}
+	var resp raft.AppendEntriesResponse
+	err = trans.AppendEntries("intruder", raft.ServerAddress(c.Nodes[f].RaftAddr), req, &resp)
+	time.Sleep(200 * time.Millisecond)
+	st, serr = cl.Status(t.Context(), c.Nodes[f].Addr)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	return sent, st.Term, err
+}
+
+// TestTLS_RaftRefusesPeersWithoutTheClustersCertificate: on a plain
+// cluster a process that is not a member moves a follower's term with a
+// raw AppendEntries; on a cluster with peer TLS the connection is refused
+// before the RPC is read.
+func TestTLS_RaftRefusesPeersWithoutTheClustersCertificate(t *testing.T) {
+	plain := testproc.StartCluster(t, 3)
+	if sent, after, err := injectTerm(t, plain); err != nil || after < sent {
+		t.Fatalf("the control: on a plain cluster the injection got %v and left term %d, want term %d: the test would not bite", err, after, sent)
+	}
+	f := devCerts(t)
+	secured := testproc.StartCluster(t, 3, "--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA)
+	sent, after, err := injectTerm(t, secured)
+	if err == nil || after >= sent {
+		t.Fatalf("on a peer-TLS cluster the injection got %v and left term %d (sent %d): want refused, term unchanged", err, after, sent)
+	}
+	if out, code := testproc.Run(t.Context(), t, nil, "acquire", "x", "--server", strings.Join(secured.Endpoints(), ",")); code != 0 {
+		t.Fatalf("the peer-TLS cluster does not grant: exit %d: %s", code, out)
+	}
+}
+
+// TestTLS_APIWithClientCertificates: a node serving HTTPS with
+// --client-cert-auth grants to a client with a certificate of the CA and
+// refuses one without.
+func TestTLS_APIWithClientCertificates(t *testing.T) {
+	f := devCerts(t)
+	addr, raftAddr := testproc.FreeAddr(t), testproc.FreeAddr(t)
+	cmd := exec.Command(testproc.Binary(t), "serve", "--listen", addr, "--raft-addr", raftAddr, "--data-dir", t.TempDir(),
+		"--cert-file", f.Cert, "--key-file", f.Key, "--trusted-ca-file", f.CA, "--client-cert-auth",
+		"--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	tc, err := tlsconf.Client(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	ready := false
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !ready; time.Sleep(50 * time.Millisecond) {
+		if resp, err := hc.Get("https://" + addr + "/readyz?leader"); err == nil {
+			resp.Body.Close()
+			ready = resp.StatusCode == http.StatusOK
+		}
+	}
+	if !ready {
+		t.Fatal("the TLS node is not ready after 20s")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if out, code := testproc.Run(ctx, t, nil, "acquire", "x", "--server", addr, "--cacert", f.CA, "--cert", f.Cert, "--key", f.Key); code != 0 {
+		t.Fatalf("acquire with a client certificate exited %d: %s", code, out)
+	}
+	if out, code := testproc.Run(ctx, t, nil, "acquire", "y", "--server", addr, "--cacert", f.CA, "--retry-timeout", "1s"); code == 0 {
+		t.Fatalf("acquire without a client certificate succeeded: %s", out)
+	}
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: tc.RootCAs}}}
+	if resp, err := anon.Get("https://" + addr + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatal("an HTTPS request without a client certificate was answered")
+	}
+}
+
+// TestTLS_RefusesToListenBeyondLoopbackUnprotected: serve and store on a
+// non-loopback address without TLS and client certificates exit 2 and say
+// why, unless --insecure.
+func TestTLS_RefusesToListenBeyondLoopbackUnprotected(t *testing.T) {
+	ctx := t.Context()
+	for _, args := range [][]string{
+		{"serve", "--listen", "0.0.0.0:0", "--data-dir", t.TempDir()},
+		{"serve", "--raft-addr", "0.0.0.0:0", "--listen", "127.0.0.1:0", "--data-dir", t.TempDir()},
+		{"store", "--listen", "0.0.0.0:0", "--data-dir", t.TempDir()},
+	} {
+		out, code := testproc.Run(ctx, t, nil, args...)
+		if code != 2 || !strings.Contains(out, "beyond loopback") || !strings.Contains(out, "--insecure") {
+			t.Errorf("fencelock %v exited %d: %s; want 2 and the reason", args, code, out)
+		}
+	}
+}
