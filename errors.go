@@ -57,6 +57,12 @@ var (
 	// signed with a key the verifier does not trust); package sequencer has
 	// an error of its own for each reason, which wraps this one.
 	ErrInvalidSequencer = errors.New("invalid sequencer")
+	// ErrPermissionDenied: an authenticated caller whose policy does not
+	// grant the call on that lock name.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrResourceExhausted: a limit of the service, such as the waiters a
+	// lock or a caller may have queued.
+	ErrResourceExhausted = errors.New("resource exhausted")
 )
 
 // Wire codes of the sentinel errors. They never change.
@@ -78,6 +84,8 @@ const (
 	CodeUnauthenticated    = "unauthenticated"
 	CodeTokensExhausted    = "tokens_exhausted"
 	CodeInvalidSequencer   = "invalid_sequencer"
+	CodePermissionDenied   = "permission_denied"
+	CodeResourceExhausted  = "resource_exhausted"
 )
 
 var codes = []struct {
@@ -101,6 +109,8 @@ var codes = []struct {
 	{CodeUnauthenticated, ErrUnauthenticated},
 	{CodeTokensExhausted, ErrTokensExhausted},
 	{CodeInvalidSequencer, ErrInvalidSequencer},
+	{CodePermissionDenied, ErrPermissionDenied},
+	{CodeResourceExhausted, ErrResourceExhausted},
 }
 
 // Code returns the wire code of the first sentinel err wraps, or "" if it

@@ -54,6 +54,10 @@ type Config struct {
 	// AdminToken is sent with membership changes (AddMember, RemoveMember,
 	// TransferLeader) to a cluster started with an admin token.
 	AdminToken string
+	// Token, if set, is the caller's bearer token, sent with every call, for
+	// a cluster that authenticates callers (serve --tokens-file); the
+	// admin calls send AdminToken instead when that is set.
+	Token string
 	// TLS, if set, makes every endpoint HTTPS (host:port without a scheme
 	// means https://host:port) with this configuration: the CA the nodes'
 	// certificates chain to, and a client certificate for a cluster that
@@ -136,6 +140,11 @@ func NewFromConfig(cfg Config) (*Client, error) {
 		tr := newTransport(cfg.TLS)
 		c.hc, c.close = &http.Client{Transport: tr}, tr.(schemes).CloseIdleConnections
 	}
+	if cfg.Token != "" {
+		hc := *c.hc
+		hc.Transport = bearer{token: cfg.Token, next: transportOf(c.hc)}
+		c.hc = &hc
+	}
 	c.dial = func(url string) node { return newSessionNode(newConnectNode(c.hc, url)) }
 	var eps []*endpoint
 	for _, e := range cfg.Endpoints {
@@ -143,6 +152,28 @@ func NewFromConfig(cfg Config) (*Client, error) {
 	}
 	c.eps.Store(&eps)
 	return c, nil
+}
+
+// bearer adds the caller's token to every request that carries none.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("Authorization") != "" {
+		return b.next.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+func transportOf(hc *http.Client) http.RoundTripper {
+	if hc.Transport != nil {
+		return hc.Transport
+	}
+	return http.DefaultTransport
 }
 
 // endpointURL returns e as a URL without a trailing slash: https:// for a

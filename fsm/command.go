@@ -38,11 +38,15 @@ type Command struct {
 	Token     fencelock.Token
 	TTL       int64 // nanoseconds
 	Wait      bool  // an Acquire that may queue
+	// Owner is the identity of the caller of an Acquire or CancelWait
+	// ("" without authentication, and for the node's own take-backs): a
+	// request id answers, and cancels, only for its owner.
+	Owner string
 }
 
 // Encode returns the command's log bytes: formatVersion, then op, now,
-// name, request id, holder, lease id, token, TTL and wait, as varints and
-// length-prefixed strings.
+// name, request id, holder, lease id, token, TTL, wait and owner, as
+// varints and length-prefixed strings.
 func (c Command) Encode() []byte {
 	b := make([]byte, 0, 32+len(c.Name)+len(c.RequestID)+len(c.Holder)+len(c.LeaseID))
 	b = append(b, formatVersion, byte(c.Op))
@@ -58,7 +62,8 @@ func (c Command) Encode() []byte {
 	} else {
 		b = append(b, 0)
 	}
-	return b
+	b = binary.AppendUvarint(b, uint64(len(c.Owner)))
+	return append(b, c.Owner...)
 }
 
 // DecodeCommand parses the bytes Encode wrote. It fails on another format
@@ -78,6 +83,7 @@ func DecodeCommand(b []byte) (Command, error) {
 	c.Token = fencelock.Token(d.uvarint())
 	c.TTL = d.varint()
 	c.Wait = d.byte() == 1
+	c.Owner = d.string()
 	if d.err != nil {
 		return Command{}, fmt.Errorf("decode command: %w", d.err)
 	}

@@ -34,7 +34,8 @@ type Holder struct {
 	Holder    string            `json:"holder,omitempty"`
 	TTL       int64             `json:"ttl"` // nanoseconds
 	RequestID string            `json:"rid,omitempty"`
-	GrantedAt int64             `json:"at"` // Command.Now of the granting entry
+	GrantedAt int64             `json:"at"`              // Command.Now of the granting entry
+	Owner     string            `json:"owner,omitempty"` // the identity that asked (Command.Owner)
 }
 
 // Waiter is a queued Acquire.
@@ -44,6 +45,7 @@ type Waiter struct {
 	Holder    string            `json:"holder,omitempty"`
 	TTL       int64             `json:"ttl"`
 	QueuedAt  int64             `json:"at"`
+	Owner     string            `json:"owner,omitempty"`
 }
 
 // Lock is one entry of the lock table, as the read methods return it and
@@ -286,7 +288,7 @@ func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
 			return Result{Err: fmt.Errorf("acquire %q: %w", cmd.Name, err)}
 		}
 		h := &Holder{Token: tok, LeaseID: cmd.LeaseID, Holder: cmd.Holder,
-			TTL: cmd.TTL, RequestID: cmd.RequestID, GrantedAt: cmd.Now}
+			TTL: cmd.TTL, RequestID: cmd.RequestID, GrantedAt: cmd.Now, Owner: cmd.Owner}
 		l.Holder = h
 		g := *h
 		*events = append(*events, event{name: cmd.Name, granted: &g})
@@ -296,7 +298,7 @@ func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
 		return Result{Err: &fencelock.LockHeldError{Name: cmd.Name, Holder: l.Holder.Holder, Token: l.Holder.Token}}
 	}
 	l.queue.push(Waiter{RequestID: cmd.RequestID, LeaseID: cmd.LeaseID,
-		Holder: cmd.Holder, TTL: cmd.TTL, QueuedAt: cmd.Now})
+		Holder: cmd.Holder, TTL: cmd.TTL, QueuedAt: cmd.Now, Owner: cmd.Owner})
 	return Result{Queued: true}
 }
 
@@ -309,11 +311,17 @@ func (f *FSM) seen(cmd Command) (Result, bool) {
 	}
 	if l := f.locks[cmd.Name]; l != nil {
 		if l.Holder != nil && l.Holder.RequestID == cmd.RequestID {
+			if err := ownedBy(cmd, l.Holder.Owner); err != nil {
+				return Result{Err: err}, true
+			}
 			// A retry of a granted request: the same grant, never a second one.
 			h := *l.Holder
 			return Result{Grant: &h}, true
 		}
-		if l.queue.has(cmd.RequestID) {
+		if w, ok := l.queue.get(cmd.RequestID); ok {
+			if err := ownedBy(cmd, w.Owner); err != nil {
+				return Result{Err: err}, true
+			}
 			return Result{Queued: true}, true
 		}
 	}
@@ -334,6 +342,12 @@ func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 	if l == nil || cmd.RequestID == "" {
 		return Result{Err: fmt.Errorf("cancel wait on %q: %w", cmd.Name, fencelock.ErrNotFound)}
 	}
+	if w, ok := l.queue.get(cmd.RequestID); ok && ownedBy(cmd, w.Owner) != nil {
+		return Result{Err: ownedBy(cmd, w.Owner)}
+	}
+	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID && ownedBy(cmd, l.Holder.Owner) != nil {
+		return Result{Err: ownedBy(cmd, l.Holder.Owner)}
+	}
 	if l.queue.remove(cmd.RequestID) {
 		f.dropIfIdle(l)
 		f.forgetRequest(cmd.Name, cmd.RequestID)
@@ -346,6 +360,16 @@ func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 		return Result{}
 	}
 	return Result{Err: fmt.Errorf("cancel wait on %q: request %s: %w", cmd.Name, cmd.RequestID, fencelock.ErrNotFound)}
+}
+
+// ownedBy refuses a caller's command (Owner not "") about a request that
+// another identity made: a request id answers, and cancels, only for its
+// owner. The node's own commands (Owner "") may touch any.
+func ownedBy(cmd Command, owner string) error {
+	if cmd.Owner == "" || cmd.Owner == owner {
+		return nil
+	}
+	return fmt.Errorf("request %s on %q belongs to another caller: %w", cmd.RequestID, cmd.Name, fencelock.ErrPermissionDenied)
 }
 
 // forgetRequest forgets the record of request rid on lock name, if any.
@@ -384,7 +408,7 @@ func (f *FSM) grantNext(index uint64, now int64, l *lock, events *[]event) {
 		return
 	}
 	h := &Holder{Token: tok, LeaseID: w.LeaseID, Holder: w.Holder,
-		TTL: w.TTL, RequestID: w.RequestID, GrantedAt: now}
+		TTL: w.TTL, RequestID: w.RequestID, GrantedAt: now, Owner: w.Owner}
 	l.Holder = h
 	g := *h
 	*events = append(*events, event{name: l.Name, granted: &g, took: time.Duration(max(now-w.QueuedAt, 0))})

@@ -28,6 +28,15 @@ func (q *queue) has(rid string) bool {
 	return ok
 }
 
+// get returns the waiter of request rid, if it waits.
+func (q *queue) get(rid string) (Waiter, bool) {
+	seq, ok := q.at[rid]
+	if !ok {
+		return Waiter{}, false
+	}
+	return q.slots[seq-q.first].w, true
+}
+
 // push appends w and reports true, or reports false and changes nothing if
 // a waiter with w's request id is queued already.
 func (q *queue) push(w Waiter) bool {

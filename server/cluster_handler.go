@@ -25,7 +25,7 @@ type clusterAPI Server
 
 var _ fencelockv1connect.ClusterServiceHandler = (*clusterAPI)(nil)
 
-func (a *clusterAPI) Status(_ context.Context, _ *connect.Request[fencelockv1.StatusRequest]) (*connect.Response[fencelockv1.StatusResponse], error) {
+func (a *clusterAPI) Status(ctx context.Context, _ *connect.Request[fencelockv1.StatusRequest]) (*connect.Response[fencelockv1.StatusResponse], error) {
 	st, err := (*Server)(a).Status()
 	if err != nil {
 		return nil, (*api)(a).fail("Status", err)
@@ -36,14 +36,26 @@ func (a *clusterAPI) Status(_ context.Context, _ *connect.Request[fencelockv1.St
 		LastSnapshotIndex: st.LastSnapshotIndex, LastContact: durationpb.New(st.LastContact), Ready: st.Ready,
 		Version: st.Version, ClusterId: st.ClusterID, Epoch: st.Epoch,
 	}
+	hideRaft := (*Server)(a).allow(ctx, PermAdmin, "") != nil // Raft addresses are for admins
 	for _, m := range st.Members {
-		resp.Members = append(resp.Members, &fencelockv1.Member{Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader})
+		raftAddr := m.RaftAddr
+		if hideRaft {
+			raftAddr = ""
+		}
+		resp.Members = append(resp.Members, &fencelockv1.Member{Id: m.ID, RaftAddr: raftAddr, ApiAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader})
 	}
 	return connect.NewResponse(resp), nil
 }
 
-// authorize checks the admin token of a membership change.
-func (a *clusterAPI) authorize(method string, h http.Header) error {
+// authorize checks an admin call: with an ACL, the caller needs admin;
+// otherwise the admin token, if the cluster has one.
+func (a *clusterAPI) authorize(ctx context.Context, method string, h http.Header) error {
+	if a.acl.active() {
+		if err := (*Server)(a).allow(ctx, PermAdmin, ""); err != nil {
+			return (*api)(a).fail(method, fmt.Errorf("%s: %w", method, err))
+		}
+		return nil
+	}
 	if a.cfg.AdminToken == "" {
 		return nil
 	}
@@ -57,9 +69,9 @@ func (a *clusterAPI) authorize(method string, h http.Header) error {
 // authorizeSecret checks a call that reads or changes the signing keys:
 // with the cluster's admin token, or, on a cluster without one, only from
 // this machine (a loopback peer).
-func (a *clusterAPI) authorizeSecret(method string, req connect.AnyRequest) error {
-	if a.cfg.AdminToken != "" {
-		return a.authorize(method, req.Header())
+func (a *clusterAPI) authorizeSecret(ctx context.Context, method string, req connect.AnyRequest) error {
+	if a.cfg.AdminToken != "" || a.acl.active() {
+		return a.authorize(ctx, method, req.Header())
 	}
 	if host, _, err := net.SplitHostPort(req.Peer().Addr); err == nil {
 		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
@@ -70,7 +82,7 @@ func (a *clusterAPI) authorizeSecret(method string, req connect.AnyRequest) erro
 }
 
 func (a *clusterAPI) AddMember(ctx context.Context, req *connect.Request[fencelockv1.AddMemberRequest]) (*connect.Response[fencelockv1.AddMemberResponse], error) {
-	if err := a.authorize("AddMember", req.Header()); err != nil {
+	if err := a.authorize(ctx, "AddMember", req.Header()); err != nil {
 		return nil, err
 	}
 	m := req.Msg
@@ -81,7 +93,7 @@ func (a *clusterAPI) AddMember(ctx context.Context, req *connect.Request[fencelo
 }
 
 func (a *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[fencelockv1.RemoveMemberRequest]) (*connect.Response[fencelockv1.RemoveMemberResponse], error) {
-	if err := a.authorize("RemoveMember", req.Header()); err != nil {
+	if err := a.authorize(ctx, "RemoveMember", req.Header()); err != nil {
 		return nil, err
 	}
 	if err := (*Server)(a).RemoveMember(ctx, req.Msg.Id); err != nil {
@@ -91,7 +103,7 @@ func (a *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[fenc
 }
 
 func (a *clusterAPI) TransferLeader(ctx context.Context, req *connect.Request[fencelockv1.TransferLeaderRequest]) (*connect.Response[fencelockv1.TransferLeaderResponse], error) {
-	if err := a.authorize("TransferLeader", req.Header()); err != nil {
+	if err := a.authorize(ctx, "TransferLeader", req.Header()); err != nil {
 		return nil, err
 	}
 	id, err := (*Server)(a).TransferLeader(ctx, req.Msg.Id)
@@ -128,7 +140,7 @@ func (a *clusterAPI) Keys(context.Context, *connect.Request[fencelockv1.KeysRequ
 }
 
 func (a *clusterAPI) RotateKey(ctx context.Context, req *connect.Request[fencelockv1.RotateKeyRequest]) (*connect.Response[fencelockv1.KeysResponse], error) {
-	if err := a.authorizeSecret("RotateKey", req); err != nil {
+	if err := a.authorizeSecret(ctx, "RotateKey", req); err != nil {
 		return nil, err
 	}
 	id, err := (*Server)(a).RotateKey(ctx)
@@ -142,7 +154,7 @@ func (a *clusterAPI) RotateKey(ctx context.Context, req *connect.Request[fencelo
 const backupChunk = 1 << 20
 
 func (a *clusterAPI) Backup(ctx context.Context, req *connect.Request[fencelockv1.BackupRequest], stream *connect.ServerStream[fencelockv1.BackupChunk]) error {
-	if err := a.authorizeSecret("Backup", req); err != nil {
+	if err := a.authorizeSecret(ctx, "Backup", req); err != nil {
 		return err
 	}
 	b, err := (*Server)(a).Backup(ctx)

@@ -25,6 +25,9 @@ type Config struct {
 	// connection whose peer has no certificate of the cluster's CA is
 	// closed before any RPC is read.
 	PeerTLS *tls.Config
+	// ACL, if set, authenticates callers and grants them permissions on
+	// lock-name prefixes (ParseACL); nil lets everyone do everything.
+	ACL *ACL
 	// APITLS, if set, is the client configuration of this node's calls to
 	// other nodes' APIs, which are then HTTPS (the nodes serve TLS).
 	APITLS *tls.Config

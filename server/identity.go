@@ -126,6 +126,9 @@ func (s *Server) CheckSequencer(ctx context.Context, text string) (seq sequencer
 	if seq, err = v.Verify(text, ""); err != nil {
 		return seq, false, 0, err
 	}
+	if err := s.allow(ctx, PermRead, seq.Lock); err != nil {
+		return seq, false, 0, fmt.Errorf("check sequencer: %w", err)
+	}
 	l, ok := s.fsm.Get(seq.Lock)
 	if !ok || l.Holder == nil {
 		return seq, false, 0, nil

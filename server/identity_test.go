@@ -157,7 +157,7 @@ func TestKeyCalls_needTheAdminTokenOffTheMachine(t *testing.T) {
 	if _, err := a.RotateKey(t.Context(), connect.NewRequest(&fencelockv1.RotateKeyRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("RotateKey from no known peer: %v, want unauthenticated", err)
 	}
-	if err := a.authorizeSecret("Backup", connect.NewRequest(&fencelockv1.BackupRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+	if err := a.authorizeSecret(t.Context(), "Backup", connect.NewRequest(&fencelockv1.BackupRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("Backup from no known peer: %v, want unauthenticated", err)
 	}
 	if n := len(s.fsm.Identity().Keys); n != 1 {

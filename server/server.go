@@ -36,6 +36,8 @@ type Server struct {
 	leaderCheck *leaderCheck
 	// signers caches the key that signs sequencers.
 	signers signerCache
+	// acl authenticates callers and checks their permissions.
+	acl *ACL
 	// backingUp is set while a Backup runs.
 	backingUp atomic.Bool
 	// peerHTTP carries calls to other nodes' APIs over TLS (APITLS).
@@ -73,7 +75,10 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err := createDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(), clock: newCmdClock()}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(), clock: newCmdClock(), acl: cfg.ACL}
+	if s.acl == nil {
+		s.acl = &ACL{}
+	}
 	s.claims = newClaims(s)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.leases = newLeaseTable(s.proposeExpire)

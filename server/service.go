@@ -30,6 +30,7 @@ type AcquireRequest struct {
 	RequestID string
 	// Holder is a label for humans, shown by Describe.
 	Holder string
+	owner  string // the caller's identity, with an ACL
 	// KeepPlace: when Wait runs out, the request stays queued for a grace
 	// (callGrace), so that the caller's next Acquire of the same RequestID
 	// resumes its place (a long wait split into calls). Without it, the
@@ -68,6 +69,10 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	if err := s.validate(req); err != nil {
 		return fencelock.Grant{}, err
 	}
+	if err := s.allow(ctx, PermLock, req.Name); err != nil {
+		return fencelock.Grant{}, fmt.Errorf("acquire: %w", err)
+	}
+	req.owner = s.owner(ctx)
 	if req.Wait > s.cfg.MaxWait {
 		// A longer wait ends as LockHeld; the client asks again, in place.
 		req.Wait, req.KeepPlace = s.cfg.MaxWait, true
@@ -173,7 +178,7 @@ func (s *Server) heldError(name fencelock.LockName) error {
 
 func acquireCommand(req AcquireRequest) fsm.Command {
 	return fsm.Command{Op: fsm.OpAcquire, Name: req.Name, RequestID: req.RequestID,
-		Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0}
+		Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0, Owner: req.owner}
 }
 
 // waitEnded turns the event that ended a wait into Acquire's answer.
@@ -222,6 +227,9 @@ func (s *Server) Renew(ctx context.Context, name fencelock.LockName, id fenceloc
 	if err := validateGrantRef(name, id, token); err != nil {
 		return 0, err
 	}
+	if err := s.allow(ctx, PermLock, name); err != nil {
+		return 0, fmt.Errorf("renew: %w", err)
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -253,6 +261,9 @@ func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencel
 	if err := validateGrantRef(name, id, token); err != nil {
 		return err
 	}
+	if err := s.allow(ctx, PermLock, name); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
 	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: id, Token: token})
 	if err != nil {
 		return err
@@ -273,10 +284,13 @@ func (s *Server) CancelWait(ctx context.Context, name fencelock.LockName, rid st
 	if err := name.Validate(); err != nil {
 		return err
 	}
+	if err := s.allow(ctx, PermLock, name); err != nil {
+		return fmt.Errorf("cancel wait: %w", err)
+	}
 	if err := fencelock.ValidateRequestID(rid); err != nil {
 		return err
 	}
-	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: name, RequestID: rid})
+	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: name, RequestID: rid, Owner: s.owner(ctx)})
 	if err != nil {
 		return err
 	}
@@ -338,6 +352,9 @@ func (s *Server) Describe(ctx context.Context, name fencelock.LockName) (LockInf
 	if err := name.Validate(); err != nil {
 		return LockInfo{}, err
 	}
+	if err := s.allow(ctx, PermRead, name); err != nil {
+		return LockInfo{}, fmt.Errorf("describe: %w", err)
+	}
 	if err := s.linearize(ctx); err != nil {
 		return LockInfo{}, err
 	}
@@ -360,6 +377,9 @@ func (s *Server) List(ctx context.Context, prefix, pageToken string, size int) (
 	}
 	if len(prefix) > fencelock.MaxNameLen || len(pageToken) > fencelock.MaxNameLen {
 		return nil, "", fmt.Errorf("prefix or page token longer than %d bytes: %w", fencelock.MaxNameLen, fencelock.ErrInvalidArgument)
+	}
+	if err := s.allow(ctx, PermRead, fencelock.LockName(prefix)); err != nil {
+		return nil, "", fmt.Errorf("list (read on the whole prefix is needed): %w", err)
 	}
 	if err := s.linearize(ctx); err != nil {
 		return nil, "", err

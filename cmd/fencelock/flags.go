@@ -79,6 +79,7 @@ func clientFlags(fs *flag.FlagSet) func() (*client.Client, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		cfg.RetryTimeout = *retry
 		cfg.AdminToken = strings.TrimSpace(os.Getenv("FENCELOCK_ADMIN_TOKEN")) // membership changes
+		cfg.Token = strings.TrimSpace(os.Getenv("FENCELOCK_AUTH_TOKEN"))       // every call, on a cluster with --tokens-file
 		if *cacert != "" || *cert != "" {
 			tc, err := tlsconf.Client(tlsconf.Files{Cert: *cert, Key: *key, CA: *cacert})
 			if err != nil {

@@ -32,6 +32,7 @@ Service:
   snapshot   back up the state (save), look into a backup (inspect), seed a new cluster (restore)
   keys       print the cluster's id and public signing keys; rotate the signing key
   tls        make a development CA and certificates for a mutual-TLS cluster
+  token      draw a bearer token for an identity (serve --tokens-file)
   version    print the version and the revision it was built from
 
 Locks:
@@ -81,6 +82,7 @@ var commands = map[string]command{
 	"snapshot":    runSnapshot,
 	"keys":        runKeys,
 	"tls":         runTLS,
+	"token":       runToken,
 	"version":     runVersion,
 }
 

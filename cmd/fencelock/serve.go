@@ -94,7 +94,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return serveNode(ctx, cfg, serveOpts{listen: *listen, advertise: *advertise, join: *join, pprof: *pprofOn, tls: apiTLS})
 }
 
-// applyTLS sets the node's Raft and peer-API TLS from the flags, refuses
+// applyTLS sets the node's Raft and peer-API TLS and its ACL from the flags, refuses
 // unprotected addresses beyond loopback, and returns the API listener's
 // TLS configuration (nil: plain HTTP).
 func applyTLS(cfg *server.Config, tf *tlsFlags, listen string) (*tls.Config, error) {
@@ -108,7 +108,10 @@ func applyTLS(cfg *server.Config, tf *tlsFlags, listen string) (*tls.Config, err
 	if cfg.APITLS, err = tf.nodeClient(); err != nil {
 		return nil, usageErr("%v", err)
 	}
-	if err := tf.exposed("--listen", listen, apiTLS != nil && tf.clientCertAuth); err != nil {
+	if cfg.ACL, err = tf.acl(); err != nil {
+		return nil, err
+	}
+	if err := tf.exposed("--listen", listen, apiTLS != nil && (tf.clientCertAuth || cfg.ACL != nil)); err != nil {
 		return nil, err
 	}
 	if err := tf.exposed("--raft-addr", cfg.RaftAddr, cfg.PeerTLS != nil); err != nil {

@@ -2,12 +2,19 @@ package main
 
 import (
 	"context"
+	"os"
+
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"strings"
+
+	"github.com/fencelock/fencelock/server"
 
 	"github.com/fencelock/fencelock/internal/tlsconf"
 )
@@ -20,16 +27,19 @@ type tlsFlags struct {
 	peerKey        string
 	peerCA         string
 	insecure       bool
+	tokens, policy string // the ACL's files
 }
 
-// register adds the flags to fs; peer adds the Raft ones too.
+// register adds the flags to fs; peer (a node) adds the Raft and ACL ones.
 func (t *tlsFlags) register(fs *flag.FlagSet, peer bool) {
 	fs.StringVar(&t.cert, "cert-file", "", "TLS certificate of the HTTPS listener")
 	fs.StringVar(&t.key, "key-file", "", "key of --cert-file")
 	fs.StringVar(&t.ca, "trusted-ca-file", "", "CA that client certificates must chain to (with --client-cert-auth)")
 	fs.BoolVar(&t.clientCertAuth, "client-cert-auth", false, "require a client certificate of --trusted-ca-file on every connection")
-	fs.BoolVar(&t.insecure, "insecure", false, "allow listening beyond loopback without TLS and client certificates")
+	fs.BoolVar(&t.insecure, "insecure", false, "allow listening beyond loopback without TLS and authentication")
 	if peer {
+		fs.StringVar(&t.tokens, "tokens-file", "", "callers' bearer tokens: \"IDENTITY SHA256-HEX\" per line (\"fencelock token new NAME\" prints one)")
+		fs.StringVar(&t.policy, "policy-file", "", "what identities may do: \"IDENTITY read|lock|admin[,...] PREFIX\" per line (PREFIX * for every lock name; a client certificate's identity is its Common Name)")
 		fs.StringVar(&t.peerCert, "peer-cert-file", "", "TLS certificate of this node's Raft links (mutual TLS: peers must present one of --peer-trusted-ca-file)")
 		fs.StringVar(&t.peerKey, "peer-key-file", "", "key of --peer-cert-file")
 		fs.StringVar(&t.peerCA, "peer-trusted-ca-file", "", "the cluster's CA: Raft peers must present a certificate it signed")
@@ -63,6 +73,34 @@ func (t *tlsFlags) peer() (*tls.Config, error) {
 	return c, nil
 }
 
+// acl reads the tokens and policy files; nil without either.
+func (t *tlsFlags) acl() (*server.ACL, error) {
+	if t.tokens == "" && t.policy == "" {
+		return nil, nil
+	}
+	open := func(name string) (io.ReadCloser, error) {
+		if name == "" {
+			return io.NopCloser(strings.NewReader("")), nil
+		}
+		return os.Open(name)
+	}
+	tf, err := open(t.tokens)
+	if err != nil {
+		return nil, usageErr("--tokens-file: %v", err)
+	}
+	defer tf.Close()
+	pf, err := open(t.policy)
+	if err != nil {
+		return nil, usageErr("--policy-file: %v", err)
+	}
+	defer pf.Close()
+	a, err := server.ParseACL(tf, pf)
+	if err != nil {
+		return nil, usageErr("%v", err)
+	}
+	return a, nil
+}
+
 // nodeClient returns the configuration of a node's calls to other nodes'
 // HTTPS APIs: it trusts --trusted-ca-file and presents --cert-file.
 func (t *tlsFlags) nodeClient() (*tls.Config, error) {
@@ -78,8 +116,8 @@ func (t *tlsFlags) exposed(flagName, addr string, secure bool) error {
 	if secure || t.insecure || loopback(addr) {
 		return nil
 	}
-	return usageErr("%s %s listens beyond loopback without TLS and client certificates: anyone who reaches it could take any lock. "+
-		"Give --cert-file, --key-file, --trusted-ca-file and --client-cert-auth (and --peer-* for Raft; \"fencelock tls\" makes a development CA), or --insecure", flagName, addr)
+	return usageErr("%s %s listens beyond loopback without TLS and authentication: anyone who reaches it could take any lock. "+
+		"Give --cert-file and --key-file with --trusted-ca-file and --client-cert-auth, or with --tokens-file (and --peer-* for Raft; \"fencelock tls\" makes a development CA), or --insecure", flagName, addr)
 }
 
 // loopback reports whether addr's host is a loopback address or localhost.
@@ -138,4 +176,26 @@ func runTLS(_ context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return usageErr("tls: want \"tls ca\" or \"tls cert NAME\", got %q", fs.Args())
+}
+
+func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("token", "token new NAME\n\n"+
+		"Draws a bearer token for identity NAME and prints it, and the line that\n"+
+		"gives NAME that token in a tokens file (serve --tokens-file), which keeps\n"+
+		"only its SHA-256. Give the token to the caller (FENCELOCK_AUTH_TOKEN), the\n"+
+		"line to the cluster, and NAME permissions in the policy file.", stderr)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 2 || fs.Arg(0) != "new" || strings.ContainsAny(fs.Arg(1), " \t\n#") {
+		return usageErr("token: want \"token new NAME\" (NAME without spaces)")
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	tok := hex.EncodeToString(b[:])
+	sum := sha256.Sum256([]byte(tok))
+	_, err := fmt.Fprintf(stdout, "token: %s\ntokens-file line: %s %s\n", tok, fs.Arg(1), hex.EncodeToString(sum[:]))
+	return err
 }

@@ -39,6 +39,8 @@ var connectCodes = map[string]connect.Code{
 	fencelock.CodeUnauthenticated:    connect.CodeUnauthenticated,
 	fencelock.CodeTokensExhausted:    connect.CodeResourceExhausted,
 	fencelock.CodeInvalidSequencer:   connect.CodePermissionDenied,
+	fencelock.CodePermissionDenied:   connect.CodePermissionDenied,
+	fencelock.CodeResourceExhausted:  connect.CodeResourceExhausted,
 }
 
 // ToConnect converts an error from the service into a Connect error that

@@ -158,6 +158,18 @@ class InvalidSequencer(FencelockError):
     code = "invalid_sequencer"
 
 
+class PermissionDenied(FencelockError):
+    """The cluster's policy does not grant this caller the call on that lock."""
+
+    code = "permission_denied"
+
+
+class ResourceExhausted(FencelockError):
+    """A limit of the service, such as the waiters a lock may have."""
+
+    code = "resource_exhausted"
+
+
 BY_CODE = {
     cls.code: cls
     for cls in (
@@ -178,6 +190,8 @@ BY_CODE = {
         Unauthenticated,
         TokensExhausted,
         InvalidSequencer,
+        PermissionDenied,
+        ResourceExhausted,
     )
 }
 

@@ -1,0 +1,121 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock"
+)
+
+func hashOf(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.EncodeToString(s[:]) }
+
+func testACL(t *testing.T) *ACL {
+	t.Helper()
+	a, err := ParseACL(strings.NewReader("# callers\nbilling "+hashOf("b-secret")+"\nops sha256:"+hashOf("o-secret")+"\n"),
+		strings.NewReader("billing lock,read billing/\nops admin *\n* read public/\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestParseACL(t *testing.T) {
+	a := testACL(t)
+	if id, ok := a.tokenIdentity("b-secret"); !ok || id != "billing" {
+		t.Fatalf("token identity %q %v", id, ok)
+	}
+	if _, ok := a.tokenIdentity("b-secre"); ok {
+		t.Fatal("a wrong token was known")
+	}
+	for _, tt := range []struct {
+		id   string
+		perm Permission
+		name string
+		want bool
+	}{
+		{"billing", PermLock, "billing/42", true},
+		{"billing", PermLock, "hr/1", false},
+		{"billing", PermAdmin, "", false},
+		{"ops", PermAdmin, "", true},
+		{"ops", PermLock, "billing/42", false},
+		{"someone", PermRead, "public/x", true},
+		{Anonymous, PermRead, "public/x", false},
+		{AdminIdentity, PermLock, "anything", true},
+	} {
+		if got := a.allows(tt.id, tt.perm, tt.name); got != tt.want {
+			t.Errorf("allows(%s, %d, %q) = %v, want %v", tt.id, tt.perm, tt.name, got, tt.want)
+		}
+	}
+	for _, bad := range []struct{ tokens, policy string }{
+		{"billing nothex", ""}, {"billing", ""}, {"", "billing write billing/"}, {"", "billing lock"},
+	} {
+		if _, err := ParseACL(strings.NewReader(bad.tokens), strings.NewReader(bad.policy)); !errors.Is(err, fencelock.ErrInvalidArgument) {
+			t.Errorf("ParseACL(%q, %q) = %v, want ErrInvalidArgument", bad.tokens, bad.policy, err)
+		}
+	}
+}
+
+// TestACL_everyOperationChecks: with an ACL, each operation of the node
+// refuses a caller without a credential and one without the permission.
+func TestACL_everyOperationChecks(t *testing.T) {
+	acl := testACL(t)
+	s := openInProcessWith(t, func(c *Config) { c.ACL = acl })
+	as := func(id string) context.Context { return context.WithValue(t.Context(), identityKey{}, id) }
+	billing, anon, other := as("billing"), t.Context(), as("hr")
+	g, err := s.Acquire(billing, AcquireRequest{Name: "billing/42", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func(ctx context.Context) error{
+		"Acquire": func(ctx context.Context) error {
+			_, err := s.Acquire(ctx, AcquireRequest{Name: "billing/43", TTL: time.Minute})
+			return err
+		},
+		"Renew":      func(ctx context.Context) error { _, err := s.Renew(ctx, g.Name, g.LeaseID, g.Token); return err },
+		"CancelWait": func(ctx context.Context) error { return s.CancelWait(ctx, g.Name, "rid") },
+		"Describe":   func(ctx context.Context) error { _, err := s.Describe(ctx, g.Name); return err },
+		"List":       func(ctx context.Context) error { _, _, err := s.List(ctx, "billing/", "", 10); return err },
+		"Release":    func(ctx context.Context) error { return s.Release(ctx, g.Name, g.LeaseID, g.Token) },
+	}
+	for name, call := range calls {
+		if err := call(anon); !errors.Is(err, fencelock.ErrUnauthenticated) {
+			t.Errorf("%s without a credential: %v, want ErrUnauthenticated", name, err)
+		}
+		if err := call(other); !errors.Is(err, fencelock.ErrPermissionDenied) {
+			t.Errorf("%s by an identity without the permission: %v, want ErrPermissionDenied", name, err)
+		}
+	}
+	if _, _, err := s.List(billing, "", "", 10); !errors.Is(err, fencelock.ErrPermissionDenied) {
+		t.Errorf("List of every name with read on billing/ only: %v, want ErrPermissionDenied", err)
+	}
+	if err := s.Release(billing, g.Name, g.LeaseID, g.Token); err != nil {
+		t.Errorf("Release by the holder's identity: %v", err)
+	}
+}
+
+// TestACL_requestIDsBelongToTheirCaller: another identity that knows a
+// request id gets neither its grant nor its cancellation.
+func TestACL_requestIDsBelongToTheirCaller(t *testing.T) {
+	s := openInProcessWith(t, func(c *Config) { c.ACL = testACL(t) })
+	billing := context.WithValue(t.Context(), identityKey{}, "billing")
+	thief := context.WithValue(t.Context(), identityKey{}, AdminIdentity) // may lock anything, but owns nothing
+	g, err := s.Acquire(billing, AcquireRequest{Name: "billing/42", TTL: time.Minute, RequestID: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(thief, AcquireRequest{Name: "billing/42", TTL: time.Minute, RequestID: "r1"}); !errors.Is(err, fencelock.ErrPermissionDenied) {
+		t.Fatalf("a retry of r1 by another identity: %v, want ErrPermissionDenied (and no lease id)", err)
+	}
+	if err := s.CancelWait(thief, "billing/42", "r1"); !errors.Is(err, fencelock.ErrPermissionDenied) {
+		t.Fatalf("CancelWait of r1 by another identity: %v, want ErrPermissionDenied", err)
+	}
+	again, err := s.Acquire(billing, AcquireRequest{Name: "billing/42", TTL: time.Minute, RequestID: "r1"})
+	if err != nil || again.LeaseID != g.LeaseID {
+		t.Fatalf("a retry of r1 by its owner: %+v, %v; want the same grant", again, err)
+	}
+}
