@@ -88,7 +88,9 @@ type LockInfo struct {
 	// Acquired is when the current grant was made (the leader's clock).
 	Acquired time.Time     `json:"acquired,omitzero"`
 	TTL      time.Duration `json:"ttl,omitempty"`
-	Waiters  []WaiterInfo  `json:"waiters,omitempty"`
+	Waiters  []WaiterInfo  `json:"waiters,omitempty"` // the first 100
+	// WaiterCount is how many waiters the lock has.
+	WaiterCount int `json:"waiter_count"`
 }
 
 // WaiterInfo describes one queued Acquire.
@@ -108,6 +110,7 @@ func lockInfo(m *fencelockv1.LockInfo) LockInfo {
 	for _, w := range m.Waiters {
 		li.Waiters = append(li.Waiters, WaiterInfo{Holder: w.Holder, TTL: w.Ttl.AsDuration()})
 	}
+	li.WaiterCount = int(m.WaiterCount)
 	return li
 }
 

@@ -55,7 +55,13 @@ type Lock struct {
 	Name    fencelock.LockName `json:"name"`
 	Holder  *Holder            `json:"holder,omitempty"`
 	Waiters []Waiter           `json:"waiters,omitempty"`
+	// QueueLen is how many waiters the lock has; the read methods list
+	// the first MaxListedWaiters of them.
+	QueueLen int `json:"-"`
 }
+
+// MaxListedWaiters is how many of a lock's waiters Get and List return.
+const MaxListedWaiters = 100
 
 // lock is the FSM's own entry of a lock: Lock, with its waiters in a queue
 // indexed by request id.
@@ -65,9 +71,10 @@ type lock struct {
 	queue  queue
 }
 
-// export returns a copy of l as a Lock.
-func (l *lock) export() Lock {
-	c := Lock{Name: l.Name, Waiters: l.queue.waiters()}
+// export returns a copy of l as a Lock, with its first limit waiters (all
+// if limit < 0).
+func (l *lock) export(limit int) Lock {
+	c := Lock{Name: l.Name, Waiters: l.queue.waiters(limit), QueueLen: l.queue.len()}
 	if l.Holder != nil {
 		h := *l.Holder
 		c.Holder = &h
@@ -139,6 +146,9 @@ type FSM struct {
 	applied  uint64
 	lastNow  int64 // the largest Command.Now applied: command time never goes back
 	identity Identity
+	// waitersOf counts each owner's queued requests (derived from the
+	// queues, rebuilt on Restore).
+	waitersOf map[string]int
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -160,6 +170,7 @@ func (f *FSM) reset() {
 	f.requests = newWindow()
 	f.expired = newWindow()
 	f.members = make(map[string]string)
+	f.waitersOf = make(map[string]int)
 }
 
 type event struct {
@@ -297,8 +308,10 @@ func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
 	if !cmd.Wait || cmd.RequestID == "" {
 		return Result{Err: &fencelock.LockHeldError{Name: cmd.Name, Holder: l.Holder.Holder, Token: l.Holder.Token}}
 	}
-	l.queue.push(Waiter{RequestID: cmd.RequestID, LeaseID: cmd.LeaseID,
-		Holder: cmd.Holder, TTL: cmd.TTL, QueuedAt: cmd.Now, Owner: cmd.Owner})
+	if l.queue.push(Waiter{RequestID: cmd.RequestID, LeaseID: cmd.LeaseID,
+		Holder: cmd.Holder, TTL: cmd.TTL, QueuedAt: cmd.Now, Owner: cmd.Owner}) {
+		f.waitersOf[cmd.Owner]++
+	}
 	return Result{Queued: true}
 }
 
@@ -342,13 +355,15 @@ func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 	if l == nil || cmd.RequestID == "" {
 		return Result{Err: fmt.Errorf("cancel wait on %q: %w", cmd.Name, fencelock.ErrNotFound)}
 	}
-	if w, ok := l.queue.get(cmd.RequestID); ok && ownedBy(cmd, w.Owner) != nil {
+	w, queued := l.queue.get(cmd.RequestID)
+	if queued && ownedBy(cmd, w.Owner) != nil {
 		return Result{Err: ownedBy(cmd, w.Owner)}
 	}
 	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID && ownedBy(cmd, l.Holder.Owner) != nil {
 		return Result{Err: ownedBy(cmd, l.Holder.Owner)}
 	}
-	if l.queue.remove(cmd.RequestID) {
+	if queued && l.queue.remove(cmd.RequestID) {
+		f.unwait(w.Owner)
 		f.dropIfIdle(l)
 		f.forgetRequest(cmd.Name, cmd.RequestID)
 		return Result{}
@@ -360,6 +375,13 @@ func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 		return Result{}
 	}
 	return Result{Err: fmt.Errorf("cancel wait on %q: request %s: %w", cmd.Name, cmd.RequestID, fencelock.ErrNotFound)}
+}
+
+// unwait counts one waiter of owner gone.
+func (f *FSM) unwait(owner string) {
+	if f.waitersOf[owner]--; f.waitersOf[owner] <= 0 {
+		delete(f.waitersOf, owner)
+	}
 }
 
 // ownedBy refuses a caller's command (Owner not "") about a request that
@@ -407,6 +429,7 @@ func (f *FSM) grantNext(index uint64, now int64, l *lock, events *[]event) {
 	if !ok {
 		return
 	}
+	f.unwait(w.Owner)
 	h := &Holder{Token: tok, LeaseID: w.LeaseID, Holder: w.Holder,
 		TTL: w.TTL, RequestID: w.RequestID, GrantedAt: now, Owner: w.Owner}
 	l.Holder = h
@@ -532,7 +555,7 @@ func (f *FSM) Get(name fencelock.LockName) (Lock, bool) {
 	if l == nil {
 		return Lock{}, false
 	}
-	return l.export(), true
+	return l.export(MaxListedWaiters), true
 }
 
 // Expired reports whether the lease id's grant ended by expiry within the
@@ -562,9 +585,22 @@ func (f *FSM) List(prefix, after string, limit int) ([]Lock, bool) {
 	}
 	out := make([]Lock, len(names))
 	for i, n := range names {
-		out[i] = f.locks[fencelock.LockName(n)].export()
+		out[i] = f.locks[fencelock.LockName(n)].export(MaxListedWaiters)
 	}
 	return out, more
+}
+
+// Waits reports how many waiters lock name has, whether request rid is
+// one of them or holds the lock, and how many requests owner has queued
+// on every lock, for the leader's limits.
+func (f *FSM) Waits(name fencelock.LockName, rid, owner string) (queued int, known bool, byOwner int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if l := f.locks[name]; l != nil {
+		queued = l.queue.len()
+		known = l.queue.has(rid) || l.Holder != nil && l.Holder.RequestID == rid
+	}
+	return queued, known, f.waitersOf[owner]
 }
 
 // Holders returns every lock's current grant, for re-arming lease timers.

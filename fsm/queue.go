@@ -107,12 +107,18 @@ func (q *queue) compact() {
 }
 
 // waiters returns a copy of the waiters in FIFO order (nil if none).
-func (q *queue) waiters() []Waiter {
+func (q *queue) waiters(limit int) []Waiter {
 	if q.len() == 0 {
 		return nil
 	}
-	out := make([]Waiter, 0, q.len())
+	if limit < 0 || limit > q.len() {
+		limit = q.len()
+	}
+	out := make([]Waiter, 0, limit)
 	for _, s := range q.slots {
+		if len(out) == limit {
+			break
+		}
 		if !s.gap {
 			out = append(out, s.w)
 		}

@@ -52,7 +52,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		st.Members[k] = v
 	}
 	for _, l := range f.locks {
-		st.Locks = append(st.Locks, l.export())
+		st.Locks = append(st.Locks, l.export(-1))
 	}
 	return &snapshot{st: st, reqs: f.requests.view(), exps: f.expired.view()}, nil
 }
@@ -211,7 +211,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	for _, sl := range st.Locks {
 		l := &lock{Name: sl.Name, Holder: sl.Holder}
 		for _, w := range sl.Waiters {
-			l.queue.push(w)
+			if l.queue.push(w) {
+				f.waitersOf[w.Owner]++
+			}
 		}
 		f.locks[l.Name] = l
 	}

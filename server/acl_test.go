@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,41 @@ func TestACL_requestIDsBelongToTheirCaller(t *testing.T) {
 	again, err := s.Acquire(billing, AcquireRequest{Name: "billing/42", TTL: time.Minute, RequestID: "r1"})
 	if err != nil || again.LeaseID != g.LeaseID {
 		t.Fatalf("a retry of r1 by its owner: %+v, %v; want the same grant", again, err)
+	}
+}
+
+// TestLimits_waiters: a lock's queue and an identity's waiters are capped
+// (a retry of a queued request still passes), and Describe lists the first
+// waiters with their count.
+func TestLimits_waiters(t *testing.T) {
+	s := openInProcessWith(t, func(c *Config) { c.ACL, c.MaxWaitersPerLock, c.MaxWaitersPerCaller = testACL(t), 150, 160 })
+	billing := context.WithValue(t.Context(), identityKey{}, "billing")
+	if _, err := s.Acquire(billing, AcquireRequest{Name: "billing/q", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	wait := func(name, rid string) error {
+		ctx, cancel := context.WithTimeout(billing, 100*time.Millisecond)
+		defer cancel()
+		_, err := s.Acquire(ctx, AcquireRequest{Name: fencelock.LockName(name), TTL: time.Minute, Wait: time.Hour, RequestID: rid, KeepPlace: true})
+		return err
+	}
+	waiting, stop := context.WithCancel(billing)
+	defer stop()
+	for i := range 150 {
+		go func() { _, _ = s.Acquire(waiting, AcquireRequest{Name: "billing/q", TTL: time.Minute, Wait: time.Hour, RequestID: fmt.Sprint("w", i)}) }()
+	}
+	eventually(t, "150 waiters queued", func() bool {
+		li, err := s.Describe(billing, "billing/q")
+		return err == nil && li.WaiterCount == 150
+	})
+	if err := wait("billing/q", "w150"); !errors.Is(err, fencelock.ErrResourceExhausted) {
+		t.Fatalf("the 151st waiter: %v, want ErrResourceExhausted", err)
+	}
+	if err := wait("billing/q", "w3"); errors.Is(err, fencelock.ErrResourceExhausted) {
+		t.Fatalf("a retry of a queued request was refused: %v", err)
+	}
+	li, err := s.Describe(billing, "billing/q")
+	if err != nil || len(li.Waiters) != 100 || li.WaiterCount != 150 {
+		t.Fatalf("Describe: %d waiters listed of %d (%v); want 100 of 150", len(li.Waiters), li.WaiterCount, err)
 	}
 }

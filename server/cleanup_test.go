@@ -106,12 +106,12 @@ func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(li.Waiters) == 0 {
+		if li.WaiterCount == 0 {
 			t.Logf("no waiter left %v after the kill", time.Since(killed).Round(time.Millisecond))
 			break
 		}
 		if time.Since(killed) > 15*time.Second {
-			t.Fatalf("%d of %d waits of killed clients still queued 15 s after the kill", len(li.Waiters), queued)
+			t.Fatalf("%d of %d waits of killed clients still queued 15 s after the kill", li.WaiterCount, queued)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -138,7 +138,7 @@ func waitForQueue(t *testing.T, ctx context.Context, c *client.Client, name stri
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := len(li.Waiters)
+		n := li.WaiterCount
 		if n >= want || n > 0 && time.Since(since) > 5*time.Second {
 			return n
 		}

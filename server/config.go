@@ -53,6 +53,10 @@ type Config struct {
 	MinTTL, MaxTTL time.Duration
 	// MaxWait bounds how long an Acquire may wait in a lock's queue.
 	MaxWait time.Duration
+	// MaxWaitersPerLock bounds the requests one lock's queue holds, and
+	// MaxWaitersPerCaller (with an ACL) those one identity has queued on
+	// all locks; beyond them Acquire fails with ErrResourceExhausted.
+	MaxWaitersPerLock, MaxWaitersPerCaller int
 	// DedupeWindow is how long the lease ids of expired grants are
 	// remembered, and the longest the requests whose grant ended are (at
 	// most fsm.EndedWindow). Every node of a cluster must have the same.
@@ -78,20 +82,22 @@ type Config struct {
 // DefaultConfig returns the embedded one-node defaults.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:            "n1",
-		DataDir:           "fencelock-data",
-		RaftAddr:          "127.0.0.1:7071",
-		MinTTL:            time.Second,
-		MaxTTL:            time.Hour,
-		MaxWait:           time.Hour,
-		DedupeWindow:      10 * time.Minute,
-		HeartbeatTimeout:  500 * time.Millisecond,
-		ElectionTimeout:   500 * time.Millisecond,
-		SnapshotThreshold: 8192,
-		SnapshotInterval:  30 * time.Second,
-		TrailingLogs:      10240,
-		ApplyTimeout:      10 * time.Second,
-		Logger:            slog.Default(),
+		NodeID:              "n1",
+		DataDir:             "fencelock-data",
+		RaftAddr:            "127.0.0.1:7071",
+		MinTTL:              time.Second,
+		MaxTTL:              time.Hour,
+		MaxWait:             time.Hour,
+		MaxWaitersPerLock:   50000,
+		MaxWaitersPerCaller: 10000,
+		DedupeWindow:        10 * time.Minute,
+		HeartbeatTimeout:    500 * time.Millisecond,
+		ElectionTimeout:     500 * time.Millisecond,
+		SnapshotThreshold:   8192,
+		SnapshotInterval:    30 * time.Second,
+		TrailingLogs:        10240,
+		ApplyTimeout:        10 * time.Second,
+		Logger:              slog.Default(),
 	}
 }
 
@@ -109,6 +115,9 @@ func (c Config) Validate() error {
 	}
 	if c.MinTTL <= 0 || c.MaxTTL < c.MinTTL {
 		errs = append(errs, fmt.Errorf("ttl range [%v, %v] is empty or not positive", c.MinTTL, c.MaxTTL))
+	}
+	if c.MaxWaitersPerLock < 1 || c.MaxWaitersPerCaller < 1 {
+		errs = append(errs, fmt.Errorf("max waiters per lock %d and per caller %d must be at least 1", c.MaxWaitersPerLock, c.MaxWaitersPerCaller))
 	}
 	if c.MaxWait < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("max wait %v is below 100ms (clients would ask again and again)", c.MaxWait))

@@ -185,6 +185,7 @@ func lockInfoMsg(li LockInfo) *fencelockv1.LockInfo {
 	if !li.Acquired.IsZero() {
 		m.Acquired = timestamppb.New(li.Acquired)
 	}
+	m.WaiterCount = uint32(li.WaiterCount)
 	for _, w := range li.Waiters {
 		m.Waiters = append(m.Waiters, &fencelockv1.Waiter{Holder: w.Holder, Ttl: durationpb.New(w.TTL)})
 	}

@@ -73,6 +73,9 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		return fencelock.Grant{}, fmt.Errorf("acquire: %w", err)
 	}
 	req.owner = s.owner(ctx)
+	if err := s.checkWaiters(req); err != nil {
+		return fencelock.Grant{}, err
+	}
 	if req.Wait > s.cfg.MaxWait {
 		// A longer wait ends as LockHeld; the client asks again, in place.
 		req.Wait, req.KeepPlace = s.cfg.MaxWait, true
@@ -174,6 +177,25 @@ func (s *Server) heldError(name fencelock.LockName) error {
 		held.Holder, held.Token = l.Holder.Holder, l.Holder.Token
 	}
 	return s.withExpiry(held)
+}
+
+// checkWaiters refuses a new request that would wait beyond the limits:
+// MaxWaitersPerLock on its lock, and, with an ACL, MaxWaitersPerCaller
+// for its owner. A request already queued or granted passes (a retry).
+func (s *Server) checkWaiters(req AcquireRequest) error {
+	if req.Wait <= 0 {
+		return nil
+	}
+	queued, known, byOwner := s.fsm.Waits(req.Name, req.RequestID, req.owner)
+	switch {
+	case known:
+		return nil
+	case queued >= s.cfg.MaxWaitersPerLock:
+		return fmt.Errorf("acquire %q: %d requests wait for it already, the limit: %w", req.Name, queued, fencelock.ErrResourceExhausted)
+	case s.acl.active() && byOwner >= s.cfg.MaxWaitersPerCaller:
+		return fmt.Errorf("acquire %q: %s has %d requests waiting, the limit: %w", req.Name, req.owner, byOwner, fencelock.ErrResourceExhausted)
+	}
+	return nil
 }
 
 func acquireCommand(req AcquireRequest) fsm.Command {
@@ -310,7 +332,9 @@ type LockInfo struct {
 	// granting entry); zero if free.
 	Acquired time.Time
 	TTL      time.Duration
-	Waiters  []WaiterInfo
+	Waiters  []WaiterInfo // the first fsm.MaxListedWaiters
+	// WaiterCount is how many waiters the lock has.
+	WaiterCount int
 }
 
 // WaiterInfo describes one queued Acquire.
@@ -320,7 +344,7 @@ type WaiterInfo struct {
 }
 
 func (s *Server) info(l fsm.Lock) LockInfo {
-	li := LockInfo{Name: l.Name}
+	li := LockInfo{Name: l.Name, WaiterCount: l.QueueLen}
 	if h := l.Holder; h != nil {
 		li.Holder, li.Token, li.TTL = h.Holder, h.Token, time.Duration(h.TTL)
 		if h.GrantedAt != 0 {

@@ -29,6 +29,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.NodeID, "node-id", cfg.NodeID, "this node's id in the Raft group")
 	fs.DurationVar(&cfg.MinTTL, "min-ttl", cfg.MinTTL, "shortest lease TTL a client may ask for")
 	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "longest lease TTL a client may ask for")
+	fs.IntVar(&cfg.MaxWaitersPerLock, "max-waiters-per-lock", cfg.MaxWaitersPerLock, "requests one lock's queue may hold; more get resource_exhausted")
+	fs.IntVar(&cfg.MaxWaitersPerCaller, "max-waiters-per-caller", cfg.MaxWaitersPerCaller, "with --tokens-file or --policy-file: requests one identity may have queued on all locks")
 	fs.DurationVar(&cfg.MaxWait, "max-wait", cfg.MaxWait, "longest one Acquire call waits in a lock's queue; the client asks again for a longer wait and keeps its place in the queue")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries between snapshots")
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often to check whether a snapshot is due")

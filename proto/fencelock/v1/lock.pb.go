@@ -1194,7 +1194,9 @@ type LockInfo struct {
 	Waiters []*Waiter              `protobuf:"bytes,6,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	// When the current grant was made: the leader's clock when it proposed
 	// the granting entry. Absent when nobody holds the lock.
-	Acquired      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acquired,proto3" json:"acquired,omitempty"`
+	Acquired *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=acquired,proto3" json:"acquired,omitempty"`
+	// How many waiters the lock has; waiters lists the first 100.
+	WaiterCount   uint32 `protobuf:"varint,8,opt,name=waiter_count,json=waiterCount,proto3" json:"waiter_count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1276,6 +1278,13 @@ func (x *LockInfo) GetAcquired() *timestamppb.Timestamp {
 		return x.Acquired
 	}
 	return nil
+}
+
+func (x *LockInfo) GetWaiterCount() uint32 {
+	if x != nil {
+		return x.WaiterCount
+	}
+	return 0
 }
 
 type DescribeResponse struct {
@@ -2432,7 +2441,7 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"M\n" +
 	"\x06Waiter\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12+\n" +
-	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x97\x02\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xba\x02\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -2440,7 +2449,8 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\aexpires\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12+\n" +
 	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12.\n" +
 	"\awaiters\x18\x06 \x03(\v2\x14.fencelock.v1.WaiterR\awaiters\x126\n" +
-	"\bacquired\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bacquired\">\n" +
+	"\bacquired\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bacquired\x12!\n" +
+	"\fwaiter_count\x18\b \x01(\rR\vwaiterCount\">\n" +
 	"\x10DescribeResponse\x12*\n" +
 	"\x04lock\x18\x01 \x01(\v2\x16.fencelock.v1.LockInfoR\x04lock\"a\n" +
 	"\vListRequest\x12\x16\n" +
