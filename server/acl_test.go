@@ -139,7 +139,9 @@ func TestLimits_waiters(t *testing.T) {
 	waiting, stop := context.WithCancel(billing)
 	defer stop()
 	for i := range 150 {
-		go func() { _, _ = s.Acquire(waiting, AcquireRequest{Name: "billing/q", TTL: time.Minute, Wait: time.Hour, RequestID: fmt.Sprint("w", i)}) }()
+		go func() {
+			_, _ = s.Acquire(waiting, AcquireRequest{Name: "billing/q", TTL: time.Minute, Wait: time.Hour, RequestID: fmt.Sprint("w", i)})
+		}()
 	}
 	eventually(t, "150 waiters queued", func() bool {
 		li, err := s.Describe(billing, "billing/q")
