@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +158,33 @@ func TestLimits_waiters(t *testing.T) {
 	li, err := s.Describe(billing, "billing/q")
 	if err != nil || len(li.Waiters) != 100 || li.WaiterCount != 150 {
 		t.Fatalf("Describe: %d waiters listed of %d (%v); want 100 of 150", len(li.Waiters), li.WaiterCount, err)
+	}
+}
+
+// TestAudit: grants and releases are recorded with the caller's identity,
+// and the trail is an admin's to read.
+func TestAudit(t *testing.T) {
+	s := openInProcessWith(t, func(c *Config) { c.ACL = testACL(t) })
+	billing := context.WithValue(t.Context(), identityKey{}, "billing")
+	g, err := s.Acquire(billing, AcquireRequest{Name: "billing/a", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(billing, g.Name, g.LeaseID, g.Token); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]string{}
+	for _, ev := range s.Events() {
+		if ev.Lock == "billing/a" {
+			kinds[ev.Kind] = ev.Identity
+		}
+	}
+	if kinds["grant"] != "billing" || kinds["release"] != "billing" {
+		t.Fatalf("audit events %v, want the grant and the release by billing", kinds)
+	}
+	rec := httptest.NewRecorder()
+	s.uiHandler().ServeHTTP(rec, httptest.NewRequestWithContext(billing, http.MethodGet, "/ui/events", nil))
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("/ui/events for a non-admin answered %d, want 403", rec.Code)
 	}
 }

@@ -196,7 +196,7 @@ func (cs *claims) reap(c *claim) {
 		case err == nil:
 			if res.Err == nil {
 				s.metrics.takenBack.Inc()
-				s.events.add(Event{Kind: "take-back", Lock: string(c.key.name)})
+				s.record(Event{Kind: "take-back", Lock: string(c.key.name)})
 				s.log.Debug("took back a request nobody waits for", "lock", c.key.name)
 			}
 			return

@@ -99,6 +99,7 @@ func (a *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[fenc
 	if err := (*Server)(a).RemoveMember(ctx, req.Msg.Id); err != nil {
 		return nil, (*api)(a).fail("RemoveMember", err)
 	}
+	(*Server)(a).record(Event{Kind: "membership", Identity: identityOf(ctx), Detail: "remove " + req.Msg.Id})
 	return connect.NewResponse(&fencelockv1.RemoveMemberResponse{}), nil
 }
 
@@ -110,6 +111,7 @@ func (a *clusterAPI) TransferLeader(ctx context.Context, req *connect.Request[fe
 	if err != nil {
 		return nil, (*api)(a).fail("TransferLeader", err)
 	}
+	(*Server)(a).record(Event{Kind: "membership", Identity: identityOf(ctx), Detail: "leadership to " + id})
 	return connect.NewResponse(&fencelockv1.TransferLeaderResponse{LeaderId: id}), nil
 }
 

@@ -18,7 +18,18 @@ type Event struct {
 	Lock   string          `json:"lock,omitempty"`
 	Token  fencelock.Token `json:"token,omitempty"`
 	Holder string          `json:"holder,omitempty"`
-	Detail string          `json:"detail,omitempty"` // for a refusal: the method and the error code
+	// Identity is the caller the event is due to, with an ACL: the owner
+	// of a grant, who released, who changed the membership.
+	Identity string `json:"identity,omitempty"`
+	Detail   string `json:"detail,omitempty"` // for a refusal: the method and the error code
+}
+
+// record keeps ev in the ring of recent events and writes it to the log as
+// an audit line (never with request or lease ids).
+func (s *Server) record(ev Event) {
+	s.events.add(ev)
+	s.log.Info("audit", "kind", ev.Kind, "lock", ev.Lock, "token", uint64(ev.Token), "holder", ev.Holder,
+		"identity", ev.Identity, "detail", ev.Detail)
 }
 
 // events keeps the last maxEvents events, for the dashboard.

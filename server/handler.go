@@ -96,7 +96,7 @@ func (a *api) count(method string, err error) {
 		if errors.As(err, &held) {
 			ev.Lock, ev.Token, ev.Holder = string(held.Name), held.Token, held.Holder
 		}
-		a.events.add(ev)
+		(*Server)(a).record(ev)
 	}
 }
 

@@ -398,7 +398,7 @@ func (s *Server) proposeExpire(name fencelock.LockName, token fencelock.Token) e
 	}
 	if res.Err == nil {
 		s.metrics.expiries.Inc()
-		s.events.add(Event{Kind: "expiry", Lock: string(name), Token: token})
+		s.record(Event{Kind: "expiry", Lock: string(name), Token: token})
 		s.log.Info("lease expired", "lock", name, "token", token)
 	}
 	return nil
@@ -412,7 +412,7 @@ func (o *observer) Granted(name fencelock.LockName, h fsm.Holder, waited time.Du
 	s.metrics.grants.Inc()
 	if s.fresh() {
 		s.metrics.waitSeconds.Observe(waited.Seconds())
-		s.events.add(Event{Kind: "grant", Lock: string(name), Token: h.Token, Holder: h.Holder})
+		s.record(Event{Kind: "grant", Lock: string(name), Token: h.Token, Holder: h.Holder, Identity: h.Owner})
 	}
 	s.leases.granted(name, h, time.Now())
 	s.claims.deliver(name, h)

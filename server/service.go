@@ -294,7 +294,7 @@ func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencel
 		return res.Err
 	}
 	s.metrics.releases.Inc()
-	s.events.add(Event{Kind: "release", Lock: string(name), Token: token})
+	s.record(Event{Kind: "release", Lock: string(name), Token: token, Identity: s.owner(ctx)})
 	return nil
 }
 

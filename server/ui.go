@@ -20,7 +20,11 @@ func (s *Server) uiHandler() http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(static)))
-	mux.HandleFunc("GET /ui/events", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /ui/events", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.allow(r.Context(), PermAdmin, ""); err != nil { // the audit trail: for admins
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		_ = json.NewEncoder(w).Encode(s.Events())
