@@ -15,6 +15,10 @@ import (
 // configured otherwise: 64 MiB.
 const DefaultMaxObjectSize int64 = 64 << 20
 
+// DefaultMaxBufferedBytes bounds the write bodies held in memory at once
+// unless configured otherwise: four of the largest.
+const DefaultMaxBufferedBytes = 4 * DefaultMaxObjectSize
+
 // DefaultIdempotencyTTL is how long an Idempotency-Key's first answer is
 // kept unless configured otherwise: a day, far longer than any retry loop.
 const DefaultIdempotencyTTL = 24 * time.Hour
@@ -29,6 +33,11 @@ type Config struct {
 	// ones are refused with 413 and nothing is stored. Zero means
 	// DefaultMaxObjectSize.
 	MaxObjectSize int64
+
+	// MaxBufferedBytes bounds the bytes of write bodies the store holds in
+	// memory at once; a write waits for room (or its request ends). Zero
+	// means DefaultMaxBufferedBytes; it is at least MaxObjectSize.
+	MaxBufferedBytes int64
 
 	// IdempotencyTTL is how long the first answer to an Idempotency-Key is
 	// kept: a repeat within it gets that answer again, a request with the
@@ -66,6 +75,9 @@ func (c Config) Validate() error {
 	if c.MaxObjectSize < 0 {
 		errs = append(errs, fmt.Errorf("MaxObjectSize is %d: it must be positive, or 0 for the default", c.MaxObjectSize))
 	}
+	if c.MaxBufferedBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxBufferedBytes is %d: it must be positive, or 0 for the default", c.MaxBufferedBytes))
+	}
 	if c.IdempotencyTTL < 0 {
 		errs = append(errs, fmt.Errorf("IdempotencyTTL is %v: it must be positive, or 0 for the default", c.IdempotencyTTL))
 	}
@@ -82,6 +94,10 @@ func (c Config) withDefaults() Config {
 	if c.IdempotencyTTL == 0 {
 		c.IdempotencyTTL = DefaultIdempotencyTTL
 	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = DefaultMaxBufferedBytes
+	}
+	c.MaxBufferedBytes = max(c.MaxBufferedBytes, c.MaxObjectSize)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -115,6 +115,18 @@ func (s *Server) handlePut(w http.ResponseWriter, r *http.Request, key string) {
 		s.refuse(w, r, wr, err)
 		return
 	}
+	// Bodies are read whole before the write: the bytes buffered at once
+	// are bounded by MaxBufferedBytes (a body of unknown length counts as
+	// the largest allowed).
+	want := r.ContentLength
+	if want < 0 {
+		want = s.cfg.MaxObjectSize
+	}
+	if err := s.buffered.Acquire(r.Context(), want); err != nil {
+		s.fail(w, r, fmt.Errorf("wait for room to buffer the body: %w: %w", fencelock.ErrUnavailable, err))
+		return
+	}
+	defer s.buffered.Release(want)
 	wr.body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxObjectSize))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {

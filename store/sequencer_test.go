@@ -2,6 +2,9 @@ package store_test
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"net/http"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -72,5 +75,42 @@ func TestServer_VerifiesSequencers(t *testing.T) {
 	}
 	if h, _ := ts.srv.Highest(t.Context(), "reports"); h != 34 {
 		t.Fatalf("highest of reports is %d, want 34: a refused sequencer must raise nothing", h)
+	}
+}
+
+// TestServer_BoundsBufferedBodies: the bodies held in memory at once stay
+// within MaxBufferedBytes: a write waits for room, and gives up when its
+// request ends.
+func TestServer_BoundsBufferedBodies(t *testing.T) {
+	cfg := store.DefaultConfig()
+	cfg.MaxObjectSize, cfg.MaxBufferedBytes = 1<<20, 1<<20
+	ts := startStore(t, cfg)
+	pr, pw := io.Pipe()
+	first := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPut, ts.http.URL+"/v1/objects/a", pr)
+		req.ContentLength = 1 << 20
+		req.Header.Set("Fencing-Token", "5")
+		resp, err := ts.http.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		first <- err
+	}()
+	if _, err := pw.Write(make([]byte, 1000)); err != nil { // the first body is being read: its room is taken
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err := ts.client.Put(ctx, "b", 5, bytes.NewReader(make([]byte, 1000)))
+	if err == nil {
+		t.Fatal("a second body was buffered beside a first that takes all the room")
+	}
+	go func() { _, _ = pw.Write(make([]byte, 1<<20-1000)); pw.Close() }()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.client.Put(t.Context(), "b", 5, bytes.NewReader(make([]byte, 1000))); err != nil {
+		t.Fatalf("once the first body was written, the second: %v", err)
 	}
 }

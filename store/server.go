@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	bolt "go.etcd.io/bbolt"
 
@@ -28,6 +30,8 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	metricz http.Handler
+	// buffered bounds the write bodies in memory at once.
+	buffered *semaphore.Weighted
 
 	stopSweep chan struct{} // closed by Close, once
 	stopOnce  sync.Once
@@ -46,7 +50,7 @@ func Open(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Server{cfg: cfg, db: db, log: cfg.Logger, metrics: newMetrics(),
+	s := &Server{cfg: cfg, db: db, log: cfg.Logger, metrics: newMetrics(), buffered: semaphore.NewWeighted(cfg.MaxBufferedBytes),
 		stopSweep: make(chan struct{}), swept: make(chan struct{})}
 	s.metricz = promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})
 	if cfg.DisableFencing {

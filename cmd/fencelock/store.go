@@ -46,6 +46,8 @@ func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.DataDir, "data-dir", "./fencelock-store", "directory of the store's database (created if missing)")
 	maxSize := sizeFlag(cfg.MaxObjectSize)
 	fs.Var(&maxSize, "max-object-size", "largest object body accepted, in bytes or with a KiB, MiB or GiB suffix")
+	maxBuffered := sizeFlag(store.DefaultMaxBufferedBytes)
+	fs.Var(&maxBuffered, "max-buffered", "write bodies held in memory at once, in bytes or with a suffix (at least --max-object-size); more writes wait")
 	fs.DurationVar(&cfg.IdempotencyTTL, "idempotency-ttl", cfg.IdempotencyTTL, "how long the first answer to an Idempotency-Key is kept (a repeat within it gets that answer)")
 	fs.BoolVar(&cfg.DisableFencing, "no-fencing", false, "UNSAFE: accept every write whatever its token (for the split-brain demo only)")
 	keysFile := fs.String("sequencer-keys", "", "accept a write only with a Fencing-Sequencer signed by these keys (the JSON of \"fencelock keys --json\"; several clusters' one after another) for the write's domain and token")
@@ -82,7 +84,7 @@ func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageErr("--log-level %q: want debug, info, warn or error", *logLevel)
 	}
-	cfg.MaxObjectSize = int64(maxSize)
+	cfg.MaxObjectSize, cfg.MaxBufferedBytes = int64(maxSize), int64(maxBuffered)
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if err := cfg.Validate(); err != nil {
 		return usageErr("%v", err)
