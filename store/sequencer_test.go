@@ -3,12 +3,12 @@ package store_test
 import (
 	"bytes"
 	"context"
-	"io"
-	"net/http"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"io"
+	"net/http"
 	"testing"
 	"time"
 
