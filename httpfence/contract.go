@@ -41,8 +41,9 @@ type ErrorBody struct {
 
 // Status maps an error to the HTTP status of its answer: 409 for a stale
 // token, 428 for a missing one, 412 for a failed precondition, 413 for a
-// body too large, 403 for a refused sequencer, 404 for not found, 400 for
-// malformed input, 500 else.
+// body too large, 401 without a valid credential, 403 for a refused
+// sequencer or permission, 404 for not found, 400 for malformed input, 503
+// when the resource cannot take it now, 500 else.
 func Status(err error) int {
 	switch {
 	case errors.Is(err, fencelock.ErrStaleToken):
@@ -53,8 +54,12 @@ func Status(err error) int {
 		return http.StatusPreconditionFailed
 	case errors.Is(err, fencelock.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
-	case errors.Is(err, fencelock.ErrInvalidSequencer):
+	case errors.Is(err, fencelock.ErrInvalidSequencer), errors.Is(err, fencelock.ErrPermissionDenied):
 		return http.StatusForbidden
+	case errors.Is(err, fencelock.ErrUnauthenticated):
+		return http.StatusUnauthorized
+	case errors.Is(err, fencelock.ErrUnavailable):
+		return http.StatusServiceUnavailable
 	case errors.Is(err, fencelock.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, fencelock.ErrInvalidToken),

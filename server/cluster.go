@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/acl"
+
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 
@@ -214,7 +216,7 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 		if err := s.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(raftAddr), 0, s.cfg.ApplyTimeout).Error(); err != nil {
 			return s.raftErr("add member "+id, err)
 		}
-		s.record(Event{Kind: "membership", Identity: identityOf(ctx), Detail: "add " + id + " at " + apiAddr})
+		s.record(Event{Kind: "membership", Identity: acl.IdentityOf(ctx), Detail: "add " + id + " at " + apiAddr})
 	}
 	if a, ok := s.fsm.MemberAPI(id); ok && a == apiAddr {
 		return nil

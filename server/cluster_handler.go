@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/fencelock/fencelock/acl"
+
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -36,7 +38,7 @@ func (a *clusterAPI) Status(ctx context.Context, _ *connect.Request[fencelockv1.
 		LastSnapshotIndex: st.LastSnapshotIndex, LastContact: durationpb.New(st.LastContact), Ready: st.Ready,
 		Version: st.Version, ClusterId: st.ClusterID, Epoch: st.Epoch,
 	}
-	hideRaft := (*Server)(a).allow(ctx, PermAdmin, "") != nil // Raft addresses are for admins
+	hideRaft := (*Server)(a).allow(ctx, acl.Admin, "") != nil // Raft addresses are for admins
 	for _, m := range st.Members {
 		raftAddr := m.RaftAddr
 		if hideRaft {
@@ -50,8 +52,8 @@ func (a *clusterAPI) Status(ctx context.Context, _ *connect.Request[fencelockv1.
 // authorize checks an admin call: with an ACL, the caller needs admin;
 // otherwise the admin token, if the cluster has one.
 func (a *clusterAPI) authorize(ctx context.Context, method string, h http.Header) error {
-	if a.acl.active() {
-		if err := (*Server)(a).allow(ctx, PermAdmin, ""); err != nil {
+	if a.acl.Active() {
+		if err := (*Server)(a).allow(ctx, acl.Admin, ""); err != nil {
 			return (*api)(a).fail(method, fmt.Errorf("%s: %w", method, err))
 		}
 		return nil
@@ -70,7 +72,7 @@ func (a *clusterAPI) authorize(ctx context.Context, method string, h http.Header
 // with the cluster's admin token, or, on a cluster without one, only from
 // this machine (a loopback peer).
 func (a *clusterAPI) authorizeSecret(ctx context.Context, method string, req connect.AnyRequest) error {
-	if a.cfg.AdminToken != "" || a.acl.active() {
+	if a.cfg.AdminToken != "" || a.acl.Active() {
 		return a.authorize(ctx, method, req.Header())
 	}
 	if host, _, err := net.SplitHostPort(req.Peer().Addr); err == nil {
@@ -99,7 +101,7 @@ func (a *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[fenc
 	if err := (*Server)(a).RemoveMember(ctx, req.Msg.Id); err != nil {
 		return nil, (*api)(a).fail("RemoveMember", err)
 	}
-	(*Server)(a).record(Event{Kind: "membership", Identity: identityOf(ctx), Detail: "remove " + req.Msg.Id})
+	(*Server)(a).record(Event{Kind: "membership", Identity: acl.IdentityOf(ctx), Detail: "remove " + req.Msg.Id})
 	return connect.NewResponse(&fencelockv1.RemoveMemberResponse{}), nil
 }
 
@@ -111,7 +113,7 @@ func (a *clusterAPI) TransferLeader(ctx context.Context, req *connect.Request[fe
 	if err != nil {
 		return nil, (*api)(a).fail("TransferLeader", err)
 	}
-	(*Server)(a).record(Event{Kind: "membership", Identity: identityOf(ctx), Detail: "leadership to " + id})
+	(*Server)(a).record(Event{Kind: "membership", Identity: acl.IdentityOf(ctx), Detail: "leadership to " + id})
 	return connect.NewResponse(&fencelockv1.TransferLeaderResponse{LeaderId: id}), nil
 }
 

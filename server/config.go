@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fencelock/fencelock/acl"
+
 	"github.com/fencelock/fencelock"
 )
 
@@ -27,7 +29,7 @@ type Config struct {
 	PeerTLS *tls.Config
 	// ACL, if set, authenticates callers and grants them permissions on
 	// lock-name prefixes (ParseACL); nil lets everyone do everything.
-	ACL *ACL
+	ACL *acl.ACL
 	// APITLS, if set, is the client configuration of this node's calls to
 	// other nodes' APIs, which are then HTTPS (the nodes serve TLS).
 	APITLS *tls.Config

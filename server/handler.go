@@ -52,7 +52,7 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, "not ready: no leader heard from lately, or behind the leader", http.StatusServiceUnavailable)
 		}
 	})
-	return s.identify(mux)
+	return s.acl.Middleware(s.cfg.AdminToken, mux)
 }
 
 // MaxStreams bounds the calls one HTTP/2 connection carries at once.

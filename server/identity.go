@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock/acl"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/sequencer"
@@ -126,7 +128,7 @@ func (s *Server) CheckSequencer(ctx context.Context, text string) (seq sequencer
 	if seq, err = v.Verify(text, ""); err != nil {
 		return seq, false, 0, err
 	}
-	if err := s.allow(ctx, PermRead, seq.Lock); err != nil {
+	if err := s.allow(ctx, acl.Read, seq.Lock); err != nil {
 		return seq, false, 0, fmt.Errorf("check sequencer: %w", err)
 	}
 	l, ok := s.fsm.Get(seq.Lock)

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock/acl"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
@@ -37,7 +39,7 @@ type Server struct {
 	// signers caches the key that signs sequencers.
 	signers signerCache
 	// acl authenticates callers and checks their permissions.
-	acl *ACL
+	acl *acl.ACL
 	// backingUp is set while a Backup runs.
 	backingUp atomic.Bool
 	// peerHTTP carries calls to other nodes' APIs over TLS (APITLS).
@@ -77,7 +79,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(), clock: newCmdClock(), acl: cfg.ACL}
 	if s.acl == nil {
-		s.acl = &ACL{}
+		s.acl = &acl.ACL{}
 	}
 	s.claims = newClaims(s)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))

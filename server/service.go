@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fencelock/fencelock/acl"
+
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/wire"
@@ -69,7 +71,7 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	if err := s.validate(req); err != nil {
 		return fencelock.Grant{}, err
 	}
-	if err := s.allow(ctx, PermLock, req.Name); err != nil {
+	if err := s.allow(ctx, acl.Lock, req.Name); err != nil {
 		return fencelock.Grant{}, fmt.Errorf("acquire: %w", err)
 	}
 	req.owner = s.owner(ctx)
@@ -192,7 +194,7 @@ func (s *Server) checkWaiters(req AcquireRequest) error {
 		return nil
 	case queued >= s.cfg.MaxWaitersPerLock:
 		return fmt.Errorf("acquire %q: %d requests wait for it already, the limit: %w", req.Name, queued, fencelock.ErrResourceExhausted)
-	case s.acl.active() && byOwner >= s.cfg.MaxWaitersPerCaller:
+	case s.acl.Active() && byOwner >= s.cfg.MaxWaitersPerCaller:
 		return fmt.Errorf("acquire %q: %s has %d requests waiting, the limit: %w", req.Name, req.owner, byOwner, fencelock.ErrResourceExhausted)
 	}
 	return nil
@@ -249,7 +251,7 @@ func (s *Server) Renew(ctx context.Context, name fencelock.LockName, id fenceloc
 	if err := validateGrantRef(name, id, token); err != nil {
 		return 0, err
 	}
-	if err := s.allow(ctx, PermLock, name); err != nil {
+	if err := s.allow(ctx, acl.Lock, name); err != nil {
 		return 0, fmt.Errorf("renew: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -283,7 +285,7 @@ func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencel
 	if err := validateGrantRef(name, id, token); err != nil {
 		return err
 	}
-	if err := s.allow(ctx, PermLock, name); err != nil {
+	if err := s.allow(ctx, acl.Lock, name); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
 	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: id, Token: token})
@@ -306,7 +308,7 @@ func (s *Server) CancelWait(ctx context.Context, name fencelock.LockName, rid st
 	if err := name.Validate(); err != nil {
 		return err
 	}
-	if err := s.allow(ctx, PermLock, name); err != nil {
+	if err := s.allow(ctx, acl.Lock, name); err != nil {
 		return fmt.Errorf("cancel wait: %w", err)
 	}
 	if err := fencelock.ValidateRequestID(rid); err != nil {
@@ -376,7 +378,7 @@ func (s *Server) Describe(ctx context.Context, name fencelock.LockName) (LockInf
 	if err := name.Validate(); err != nil {
 		return LockInfo{}, err
 	}
-	if err := s.allow(ctx, PermRead, name); err != nil {
+	if err := s.allow(ctx, acl.Read, name); err != nil {
 		return LockInfo{}, fmt.Errorf("describe: %w", err)
 	}
 	if err := s.linearize(ctx); err != nil {
@@ -402,7 +404,7 @@ func (s *Server) List(ctx context.Context, prefix, pageToken string, size int) (
 	if len(prefix) > fencelock.MaxNameLen || len(pageToken) > fencelock.MaxNameLen {
 		return nil, "", fmt.Errorf("prefix or page token longer than %d bytes: %w", fencelock.MaxNameLen, fencelock.ErrInvalidArgument)
 	}
-	if err := s.allow(ctx, PermRead, fencelock.LockName(prefix)); err != nil {
+	if err := s.allow(ctx, acl.Read, fencelock.LockName(prefix)); err != nil {
 		return nil, "", fmt.Errorf("list (read on the whole prefix is needed): %w", err)
 	}
 	if err := s.linearize(ctx); err != nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io/fs"
 	"net/http"
+
+	"github.com/fencelock/fencelock/acl"
 )
 
 //go:embed ui
@@ -21,7 +23,7 @@ func (s *Server) uiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /ui/events", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.allow(r.Context(), PermAdmin, ""); err != nil { // the audit trail: for admins
+		if err := s.allow(r.Context(), acl.Admin, ""); err != nil { // the audit trail: for admins
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}

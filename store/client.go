@@ -30,6 +30,7 @@ type Client struct {
 	base      string // scheme://host[:port][/prefix], no trailing slash
 	hc        *http.Client
 	sequencer func() string
+	token     string
 }
 
 // ClientOption configures a Client.
@@ -39,6 +40,12 @@ type ClientOption func(*Client)
 // http.DefaultClient.
 func WithHTTPClient(hc *http.Client) ClientOption {
 	return func(c *Client) { c.hc = hc }
+}
+
+// WithToken makes every request carry token as its bearer credential, for
+// a store with a tokens file (fencelock store --tokens-file).
+func WithToken(token string) ClientOption {
+	return func(c *Client) { c.token = token }
 }
 
 // WithSequencer makes every write (Put, Delete, Check) carry the sequencer
@@ -119,6 +126,9 @@ func (c *Client) fenceURL(domain string) string {
 // do sends req and returns the answer; a non-2xx, non-304 answer becomes
 // its error.
 func (c *Client) do(req *http.Request) (*http.Response, error) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)

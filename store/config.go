@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fencelock/fencelock/acl"
+
 	"github.com/fencelock/fencelock/sequencer"
 
 	"github.com/fencelock/fencelock"
@@ -55,6 +57,12 @@ type Config struct {
 	// refused (403 invalid_sequencer). Domains must then be lock names.
 	Verifier *sequencer.Verifier
 
+	// ACL, if set and Active, identifies each caller (bearer token or client
+	// certificate) and lets a write, or a fence raise, in a domain only a
+	// caller with lock on it (acl.Lock); Idempotency-Keys are then scoped
+	// per caller too.
+	ACL *acl.ACL
+
 	// Logger receives the store's logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -100,6 +108,9 @@ func (c Config) withDefaults() Config {
 	c.MaxBufferedBytes = max(c.MaxBufferedBytes, c.MaxObjectSize)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ACL == nil {
+		c.ACL = &acl.ACL{}
 	}
 	return c
 }

@@ -12,6 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/httpfence"
 )
@@ -67,6 +68,12 @@ func (s *Server) parseWrite(r *http.Request, op opKind, key, domain string) (wri
 	wr.idemKey = r.Header.Get(HeaderIdempotencyKey)
 	if err := validateIdempotencyKey(wr.idemKey); err != nil {
 		return wr, err
+	}
+	if err := s.cfg.ACL.Check(r.Context(), acl.Lock, wr.domain); err != nil {
+		return wr, err
+	}
+	if wr.idemKey != "" { // a key means one request of one caller, to one object
+		wr.idemKey = acl.IdentityOf(r.Context()) + "\x00" + key + "\x00" + wr.idemKey
 	}
 	return wr, nil
 }

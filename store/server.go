@@ -136,6 +136,15 @@ const (
 // are taken from the path as sent, never cleaned: a key with a ".." segment
 // is refused, not redirected.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.ACL.Active() {
+		s.cfg.ACL.Middleware("", http.HandlerFunc(s.route)).ServeHTTP(w, r)
+		return
+	}
+	s.route(w, r)
+}
+
+// route serves one request of the API.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.DisableFencing {
 		w.Header().Set(HeaderFencing, "disabled")
 	}

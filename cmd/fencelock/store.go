@@ -62,7 +62,10 @@ func runStore(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := tf.exposed("--listen", *listen, tlsConf != nil && tf.clientCertAuth); err != nil {
+	if cfg.ACL, err = tf.acl(); err != nil {
+		return err
+	}
+	if err := tf.exposed("--listen", *listen, tlsConf != nil && (tf.clientCertAuth || cfg.ACL != nil)); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -14,7 +14,7 @@ import (
 	"net"
 	"strings"
 
-	"github.com/fencelock/fencelock/server"
+	"github.com/fencelock/fencelock/acl"
 
 	"github.com/fencelock/fencelock/internal/tlsconf"
 )
@@ -30,16 +30,16 @@ type tlsFlags struct {
 	tokens, policy string // the ACL's files
 }
 
-// register adds the flags to fs; peer (a node) adds the Raft and ACL ones.
+// register adds the flags to fs; peer (a node) adds the Raft ones.
 func (t *tlsFlags) register(fs *flag.FlagSet, peer bool) {
 	fs.StringVar(&t.cert, "cert-file", "", "TLS certificate of the HTTPS listener")
 	fs.StringVar(&t.key, "key-file", "", "key of --cert-file")
 	fs.StringVar(&t.ca, "trusted-ca-file", "", "CA that client certificates must chain to (with --client-cert-auth)")
 	fs.BoolVar(&t.clientCertAuth, "client-cert-auth", false, "require a client certificate of --trusted-ca-file on every connection")
 	fs.BoolVar(&t.insecure, "insecure", false, "allow listening beyond loopback without TLS and authentication")
+	fs.StringVar(&t.tokens, "tokens-file", "", "callers' bearer tokens: \"IDENTITY SHA256-HEX\" per line (\"fencelock token new NAME\" prints one)")
+	fs.StringVar(&t.policy, "policy-file", "", "what identities may do: \"IDENTITY read|lock|admin[,...] PREFIX\" per line (PREFIX * for every lock name or fence domain; a client certificate's identity is its Common Name)")
 	if peer {
-		fs.StringVar(&t.tokens, "tokens-file", "", "callers' bearer tokens: \"IDENTITY SHA256-HEX\" per line (\"fencelock token new NAME\" prints one)")
-		fs.StringVar(&t.policy, "policy-file", "", "what identities may do: \"IDENTITY read|lock|admin[,...] PREFIX\" per line (PREFIX * for every lock name; a client certificate's identity is its Common Name)")
 		fs.StringVar(&t.peerCert, "peer-cert-file", "", "TLS certificate of this node's Raft links (mutual TLS: peers must present one of --peer-trusted-ca-file)")
 		fs.StringVar(&t.peerKey, "peer-key-file", "", "key of --peer-cert-file")
 		fs.StringVar(&t.peerCA, "peer-trusted-ca-file", "", "the cluster's CA: Raft peers must present a certificate it signed")
@@ -74,7 +74,7 @@ func (t *tlsFlags) peer() (*tls.Config, error) {
 }
 
 // acl reads the tokens and policy files; nil without either.
-func (t *tlsFlags) acl() (*server.ACL, error) {
+func (t *tlsFlags) acl() (*acl.ACL, error) {
 	if t.tokens == "" && t.policy == "" {
 		return nil, nil
 	}
@@ -94,7 +94,7 @@ func (t *tlsFlags) acl() (*server.ACL, error) {
 		return nil, usageErr("--policy-file: %v", err)
 	}
 	defer pf.Close()
-	a, err := server.ParseACL(tf, pf)
+	a, err := acl.Parse(tf, pf)
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}

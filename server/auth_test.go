@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/fencelock/fencelock/acl"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,9 +18,9 @@ import (
 
 func hashOf(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.EncodeToString(s[:]) }
 
-func testACL(t *testing.T) *ACL {
+func testACL(t *testing.T) *acl.ACL {
 	t.Helper()
-	a, err := ParseACL(strings.NewReader("# callers\nbilling "+hashOf("b-secret")+"\nops sha256:"+hashOf("o-secret")+"\n"),
+	a, err := acl.Parse(strings.NewReader("# callers\nbilling "+hashOf("b-secret")+"\nops sha256:"+hashOf("o-secret")+"\n"),
 		strings.NewReader("billing lock,read billing/\nops admin *\n* read public/\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -27,48 +28,12 @@ func testACL(t *testing.T) *ACL {
 	return a
 }
 
-func TestParseACL(t *testing.T) {
-	a := testACL(t)
-	if id, ok := a.tokenIdentity("b-secret"); !ok || id != "billing" {
-		t.Fatalf("token identity %q %v", id, ok)
-	}
-	if _, ok := a.tokenIdentity("b-secre"); ok {
-		t.Fatal("a wrong token was known")
-	}
-	for _, tt := range []struct {
-		id   string
-		perm Permission
-		name string
-		want bool
-	}{
-		{"billing", PermLock, "billing/42", true},
-		{"billing", PermLock, "hr/1", false},
-		{"billing", PermAdmin, "", false},
-		{"ops", PermAdmin, "", true},
-		{"ops", PermLock, "billing/42", false},
-		{"someone", PermRead, "public/x", true},
-		{Anonymous, PermRead, "public/x", false},
-		{AdminIdentity, PermLock, "anything", true},
-	} {
-		if got := a.allows(tt.id, tt.perm, tt.name); got != tt.want {
-			t.Errorf("allows(%s, %d, %q) = %v, want %v", tt.id, tt.perm, tt.name, got, tt.want)
-		}
-	}
-	for _, bad := range []struct{ tokens, policy string }{
-		{"billing nothex", ""}, {"billing", ""}, {"", "billing write billing/"}, {"", "billing lock"},
-	} {
-		if _, err := ParseACL(strings.NewReader(bad.tokens), strings.NewReader(bad.policy)); !errors.Is(err, fencelock.ErrInvalidArgument) {
-			t.Errorf("ParseACL(%q, %q) = %v, want ErrInvalidArgument", bad.tokens, bad.policy, err)
-		}
-	}
-}
-
 // TestACL_everyOperationChecks: with an ACL, each operation of the node
 // refuses a caller without a credential and one without the permission.
 func TestACL_everyOperationChecks(t *testing.T) {
-	acl := testACL(t)
-	s := openInProcessWith(t, func(c *Config) { c.ACL = acl })
-	as := func(id string) context.Context { return context.WithValue(t.Context(), identityKey{}, id) }
+	policy := testACL(t)
+	s := openInProcessWith(t, func(c *Config) { c.ACL = policy })
+	as := func(id string) context.Context { return acl.WithIdentity(t.Context(), id) }
 	billing, anon, other := as("billing"), t.Context(), as("hr")
 	g, err := s.Acquire(billing, AcquireRequest{Name: "billing/42", TTL: time.Minute})
 	if err != nil {
@@ -105,8 +70,8 @@ func TestACL_everyOperationChecks(t *testing.T) {
 // request id gets neither its grant nor its cancellation.
 func TestACL_requestIDsBelongToTheirCaller(t *testing.T) {
 	s := openInProcessWith(t, func(c *Config) { c.ACL = testACL(t) })
-	billing := context.WithValue(t.Context(), identityKey{}, "billing")
-	thief := context.WithValue(t.Context(), identityKey{}, AdminIdentity) // may lock anything, but owns nothing
+	billing := acl.WithIdentity(t.Context(), "billing")
+	thief := acl.WithIdentity(t.Context(), acl.AdminIdentity) // may lock anything, but owns nothing
 	g, err := s.Acquire(billing, AcquireRequest{Name: "billing/42", TTL: time.Minute, RequestID: "r1"})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +93,7 @@ func TestACL_requestIDsBelongToTheirCaller(t *testing.T) {
 // waiters with their count.
 func TestLimits_waiters(t *testing.T) {
 	s := openInProcessWith(t, func(c *Config) { c.ACL, c.MaxWaitersPerLock, c.MaxWaitersPerCaller = testACL(t), 150, 160 })
-	billing := context.WithValue(t.Context(), identityKey{}, "billing")
+	billing := acl.WithIdentity(t.Context(), "billing")
 	if _, err := s.Acquire(billing, AcquireRequest{Name: "billing/q", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +130,7 @@ func TestLimits_waiters(t *testing.T) {
 // and the trail is an admin's to read.
 func TestAudit(t *testing.T) {
 	s := openInProcessWith(t, func(c *Config) { c.ACL = testACL(t) })
-	billing := context.WithValue(t.Context(), identityKey{}, "billing")
+	billing := acl.WithIdentity(t.Context(), "billing")
 	g, err := s.Acquire(billing, AcquireRequest{Name: "billing/a", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,9 @@
-package server
+// Package acl authenticates the callers of a node or a fenced store and
+// says what each may do: a bearer token (a tokens file keeps its SHA-256)
+// or a client certificate names an identity, and a policy grants
+// identities read, lock and admin on lock-name (or fence-domain) prefixes,
+// as etcd's RBAC on key ranges and Consul's key_prefix rules do.
+package acl
 
 import (
 	"bufio"
@@ -12,7 +17,6 @@ import (
 	"strings"
 
 	"github.com/fencelock/fencelock"
-	"github.com/fencelock/fencelock/internal/wire"
 )
 
 // Permission is what an identity may do with locks under a prefix.
@@ -20,12 +24,12 @@ type Permission uint8
 
 // The permissions of a policy.
 const (
-	PermRead  Permission = 1 << iota // Describe, List
-	PermLock                         // Acquire, Renew, Release, CancelWait
-	PermAdmin                        // membership, backups, keys, Raft addresses in Status
+	Read  Permission = 1 << iota // Describe, List; the store: nothing yet
+	Lock                             // Acquire, Renew, Release, CancelWait; the store: writes and fence raises
+	Admin                            // membership, backups, keys, Raft addresses in Status, the audit trail
 )
 
-var permNames = map[string]Permission{"read": PermRead, "lock": PermLock, "admin": PermAdmin}
+var permNames = map[string]Permission{"read": Read, "lock": Lock, "admin": Admin}
 
 // AdminIdentity is the identity of the cluster's admin token: it may do
 // everything.
@@ -68,8 +72,8 @@ func lines(r io.Reader) ([][]string, error) {
 	return out, sc.Err()
 }
 
-// ParseACL reads a tokens file and a policy file.
-func ParseACL(tokens, policy io.Reader) (*ACL, error) {
+// Parse reads a tokens file and a policy file.
+func Parse(tokens, policy io.Reader) (*ACL, error) {
 	a := &ACL{tokens: map[[sha256.Size]byte]string{}}
 	tl, err := lines(tokens)
 	if err != nil {
@@ -109,12 +113,12 @@ func ParseACL(tokens, policy io.Reader) (*ACL, error) {
 	return a, nil
 }
 
-// active reports whether the ACL checks anything: without a tokens or a
+// Active reports whether the ACL checks anything: without a tokens or a
 // policy file everything is allowed.
-func (a *ACL) active() bool { return a.tokens != nil || a.grants != nil }
+func (a *ACL) Active() bool { return a.tokens != nil || a.grants != nil }
 
-// tokenIdentity returns the identity of a bearer token.
-func (a *ACL) tokenIdentity(token string) (string, bool) {
+// TokenIdentity returns the identity of a bearer token.
+func (a *ACL) TokenIdentity(token string) (string, bool) {
 	sum := sha256.Sum256([]byte(token))
 	for h, id := range a.tokens { // constant time per entry: no early exit on a prefix
 		if subtle.ConstantTimeCompare(h[:], sum[:]) == 1 {
@@ -124,8 +128,8 @@ func (a *ACL) tokenIdentity(token string) (string, bool) {
 	return "", false
 }
 
-// allows reports whether identity holds perm on name.
-func (a *ACL) allows(identity string, perm Permission, name string) bool {
+// Allows reports whether identity holds perm on name.
+func (a *ACL) Allows(identity string, perm Permission, name string) bool {
 	if identity == AdminIdentity {
 		return true
 	}
@@ -139,52 +143,64 @@ func (a *ACL) allows(identity string, perm Permission, name string) bool {
 
 type identityKey struct{}
 
-// identityOf returns the caller's identity in ctx (Anonymous if none).
-func identityOf(ctx context.Context) string {
+// WithIdentity returns ctx carrying the caller's identity.
+func WithIdentity(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// IdentityOf returns the caller's identity in ctx (Anonymous if none).
+func IdentityOf(ctx context.Context) string {
 	if id, ok := ctx.Value(identityKey{}).(string); ok {
 		return id
 	}
 	return Anonymous
 }
 
-// identify puts the caller's identity in the request's context: the admin
-// token's, a token's of the ACL, or the client certificate's Common Name.
-// A bearer token nobody issued is refused by every call that checks.
-func (s *Server) identify(next http.Handler) http.Handler {
+// Middleware puts the caller's identity in each request's context
+// (IdentityOf): the admin token's (AdminIdentity; adminToken may be ""), a
+// token's of a, or the client certificate's Common Name. A bearer token
+// nobody issued makes a caller every check refuses.
+func (a *ACL) Middleware(adminToken string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := Anonymous
-		if tok, ok := wire.AdminToken(r.Header); ok {
-			switch known, isACL := s.acl.tokenIdentity(tok); {
-			case s.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) == 1:
+		if tok, ok := bearer(r.Header); ok {
+			switch known, isACL := a.TokenIdentity(tok); {
+			case adminToken != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(adminToken)) == 1:
 				id = AdminIdentity
 			case isACL:
 				id = known
-			case s.acl.active():
+			case a.Active():
 				id = badToken
 			}
 		} else if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 			id = r.TLS.PeerCertificates[0].Subject.CommonName
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+		next.ServeHTTP(w, r.WithContext(WithIdentity(r.Context(), id)))
 	})
 }
 
-// allow checks that the caller in ctx holds perm on name; without an ACL
-// everything is allowed. Errors: ErrUnauthenticated for an anonymous
-// caller, ErrPermissionDenied for another.
-func (s *Server) allow(ctx context.Context, perm Permission, name fencelock.LockName) error {
-	if !s.acl.active() {
+// bearer returns the bearer token of a request's headers, if any.
+func bearer(h http.Header) (string, bool) {
+	return strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+}
+
+// Check checks that the caller in ctx holds perm on name; an ACL that is
+// not Active allows everything. Errors: ErrUnauthenticated for an anonymous
+// caller (or one with a token nobody issued), ErrPermissionDenied for
+// another.
+func (a *ACL) Check(ctx context.Context, perm Permission, name string) error {
+	if !a.Active() {
 		return nil
 	}
-	id := identityOf(ctx)
-	if s.acl.allows(id, perm, string(name)) {
+	id := IdentityOf(ctx)
+	if a.Allows(id, perm, name) {
 		return nil
 	}
 	if id == badToken {
-		return fmt.Errorf("%q: the bearer token is not one of this cluster's: %w", name, fencelock.ErrUnauthenticated)
+		return fmt.Errorf("%q: the bearer token is not one of those issued: %w", name, fencelock.ErrUnauthenticated)
 	}
 	if id == Anonymous {
-		return fmt.Errorf("%q: this cluster wants a credential (a bearer token or a client certificate): %w", name, fencelock.ErrUnauthenticated)
+		return fmt.Errorf("%q: a credential is needed (a bearer token or a client certificate): %w", name, fencelock.ErrUnauthenticated)
 	}
 	return fmt.Errorf("%s may not %s %q: %w", id, permWord(perm), name, fencelock.ErrPermissionDenied)
 }
@@ -198,11 +214,3 @@ func permWord(p Permission) string {
 	return "do that to"
 }
 
-// owner is the identity that owns the requests of the caller in ctx: ""
-// without an ACL (request ids are then bearer secrets).
-func (s *Server) owner(ctx context.Context) string {
-	if !s.acl.active() {
-		return ""
-	}
-	return identityOf(ctx)
-}
