@@ -25,8 +25,8 @@ type Permission uint8
 // The permissions of a policy.
 const (
 	Read  Permission = 1 << iota // Describe, List; the store: nothing yet
-	Lock                             // Acquire, Renew, Release, CancelWait; the store: writes and fence raises
-	Admin                            // membership, backups, keys, Raft addresses in Status, the audit trail
+	Lock                         // Acquire, Renew, Release, CancelWait; the store: writes and fence raises
+	Admin                        // membership, backups, keys, Raft addresses in Status, the audit trail
 )
 
 var permNames = map[string]Permission{"read": Read, "lock": Lock, "admin": Admin}
@@ -213,4 +213,3 @@ func permWord(p Permission) string {
 	}
 	return "do that to"
 }
-

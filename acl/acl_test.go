@@ -57,4 +57,3 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
-

@@ -1,12 +1,12 @@
 package server
 
 import (
-	"github.com/fencelock/fencelock/acl"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/fencelock/fencelock/acl"
 	"net/http"
 	"net/http/httptest"
 	"strings"
