@@ -33,6 +33,7 @@ func membership(ctx context.Context, e *env) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.AttemptTimeout = 2 * time.Second
 	cfg.RetryTimeout = 5 * time.Second
+	cfg.TLS = e.tls.clientTLS()
 	admin, err := client.NewFromConfig(cfg)
 	if err != nil {
 		e.nemesis("membership: no admin client: " + err.Error())

@@ -70,6 +70,7 @@ type node struct {
 	external bool
 	hook     *hook // nil: no NemesisExec
 	index    int   // in the cluster, for the hook
+	tls      *tlsRun // nil: plain HTTP and TCP
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -107,10 +108,10 @@ func (n *node) start(ctx context.Context) error {
 
 // waitHealthy waits up to 20 s for the node's /healthz.
 func (n *node) waitHealthy(ctx context.Context) error {
-	hc := http.Client{Timeout: 300 * time.Millisecond}
+	hc, scheme := n.tls.httpGet()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		resp, err := hc.Get("http://" + n.addr + "/healthz")
+		resp, err := hc.Get(scheme + n.addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -166,8 +167,8 @@ func (n *node) readyLeader() bool {
 	if !n.running() {
 		return false
 	}
-	hc := http.Client{Timeout: 300 * time.Millisecond}
-	resp, err := hc.Get("http://" + n.addr + "/readyz?leader")
+	hc, scheme := n.tls.httpGet()
+	resp, err := hc.Get(scheme + n.addr + "/readyz?leader")
 	if err != nil {
 		return false
 	}
@@ -189,7 +190,7 @@ type cluster struct {
 
 func nodeID(i int) string { return fmt.Sprintf("n%d", i+1) }
 
-func startCluster(ctx context.Context, bin, dir string, n int, extra []string) (*cluster, error) {
+func startCluster(ctx context.Context, bin, dir string, n int, extra []string, tr *tlsRun) (*cluster, error) {
 	c := &cluster{links: map[[2]int]*netproxy.Proxy{}}
 	var boot []string
 	for i := 0; i < n; i++ {
@@ -201,7 +202,7 @@ func startCluster(ctx context.Context, bin, dir string, n int, extra []string) (
 		if err != nil {
 			return nil, err
 		}
-		nd := &node{id: nodeID(i), bin: bin, addr: api, raftAddr: raft,
+		nd := &node{id: nodeID(i), bin: bin, addr: api, raftAddr: raft, tls: tr,
 			dataDir: filepath.Join(dir, nodeID(i)), logPath: filepath.Join(dir, nodeID(i)+".log")}
 		c.nodes = append(c.nodes, nd)
 		boot = append(boot, nd.id+"="+raft)
@@ -224,7 +225,7 @@ func startCluster(ctx context.Context, bin, dir string, n int, extra []string) (
 		if n > 1 {
 			nd.args = append(nd.args, "--bootstrap", strings.Join(boot, ","), "--raft-peer-addrs", strings.Join(over, ","))
 		}
-		nd.args = append(nd.args, extra...)
+		nd.args = append(append(nd.args, extra...), tr.serveArgs()...)
 	}
 	for _, nd := range c.nodes {
 		if err := nd.start(ctx); err != nil {

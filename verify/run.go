@@ -59,6 +59,11 @@ type Config struct {
 	// verifies its own Resource starts itself here and calls RunWorker
 	// with its OpenFunc.
 	Worker []string
+	// TLS runs the harness's own nodes with HTTPS and client certificates
+	// on the API and mutual TLS on Raft (a development CA made in the run's
+	// directory); workers and the harness connect with a client
+	// certificate. It does not apply to an existing deployment.
+	TLS bool
 }
 
 // ResourceStore names the fenced object store in Config.Resource.
@@ -169,6 +174,7 @@ type env struct {
 	// empty, a new cluster in epoch 0, which proves nothing.
 	restoreFailures atomic.Int64
 	log             *slog.Logger
+	tls             *tlsRun // Config.TLS; nil: plain
 	workLog         io.Writer
 	// admin asks nodes for their status (status).
 	admin     *client.Client
@@ -275,6 +281,44 @@ func resourceName(cfg Config) string {
 	return Redact(cfg.Resource)
 }
 
+// openCluster starts the run's nodes (with TLS if asked), or reaches the
+// existing deployment and its nemesis hook. A hook that cannot do what the
+// scenario needs makes skip the reason; closeHook closes the hook's log.
+func (e *env) openCluster(ctx context.Context, nodes int) (cl *cluster, skip string, closeHook func(), err error) {
+	cfg, sc := e.cfg, e.sc
+	closeHook = func() {}
+	if !cfg.External() {
+		if cfg.TLS {
+			if e.tls, err = newTLSRun(e.dir); err != nil {
+				return nil, "", closeHook, err
+			}
+		}
+		cl, err = startCluster(ctx, cfg.Binary, e.dir, nodes, sc.ServerFlags, e.tls)
+		return cl, "", closeHook, err
+	}
+	var h *hook
+	if cfg.NemesisExec != "" {
+		hl, err := os.Create(filepath.Join(e.dir, "nemesis-exec.log"))
+		if err != nil {
+			return nil, "", closeHook, err
+		}
+		closeHook = func() { hl.Close() }
+		h = &hook{path: cfg.NemesisExec, log: hl}
+	}
+	cl = externalCluster(cfg.Servers, h)
+	if h != nil && sc.nemesis != nil {
+		// Does the hook do what this nemesis needs? And begin whole.
+		err := cl.probe(ctx, sc.hook)
+		if errors.Is(err, errUnsupported) {
+			return cl, "the nemesis hook does not support " + strings.Join(sc.hook, ", ") + ": " + err.Error(), closeHook, nil
+		}
+		if err != nil {
+			return nil, "", closeHook, err
+		}
+	}
+	return cl, "", closeHook, nil
+}
+
 func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Result, error) {
 	nodes := sc.Nodes
 	if cfg.Nodes > 0 {
@@ -312,30 +356,13 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 	defer wl.Close()
 	e.workLog = &lockedWriter{w: wl}
 
-	var cl *cluster
-	if cfg.External() {
-		var h *hook
-		if cfg.NemesisExec != "" {
-			hl, err := os.Create(filepath.Join(dir, "nemesis-exec.log"))
-			if err != nil {
-				return Result{}, err
-			}
-			defer hl.Close()
-			h = &hook{path: cfg.NemesisExec, log: hl}
-		}
-		cl = externalCluster(cfg.Servers, h)
-		if h != nil && sc.nemesis != nil {
-			// Does the hook do what this nemesis needs? And begin whole.
-			err := cl.probe(ctx, sc.hook)
-			if errors.Is(err, errUnsupported) {
-				return skipped(cfg, sc, seed, nodes, "the nemesis hook does not support "+strings.Join(sc.hook, ", ")+": "+err.Error()), nil
-			}
-			if err != nil {
-				return Result{}, err
-			}
-		}
-	} else if cl, err = startCluster(ctx, cfg.Binary, dir, nodes, sc.ServerFlags); err != nil {
+	cl, skip, closeHook, err := e.openCluster(ctx, nodes)
+	if err != nil {
 		return Result{}, err
+	}
+	defer closeHook()
+	if skip != "" {
+		return skipped(cfg, sc, seed, nodes, skip), nil
 	}
 	defer cl.close()
 	e.cl = cl
@@ -544,6 +571,7 @@ func (o *observer) poll(ctx context.Context, e *env) {
 	if o.c == nil {
 		cfg := client.DefaultConfig(e.cl.endpoints()...)
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.TLS = e.tls.clientTLS()
 		c, err := client.NewFromConfig(cfg)
 		if err != nil {
 			return
@@ -665,6 +693,7 @@ func (e *env) status(ctx context.Context, i int) (client.NodeStatus, bool) {
 	e.adminOnce.Do(func() {
 		cfg := client.DefaultConfig(e.cl.endpoints()...)
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.TLS = e.tls.clientTLS()
 		e.admin, _ = client.NewFromConfig(cfg)
 	})
 	if e.admin == nil {

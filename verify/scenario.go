@@ -150,7 +150,7 @@ func restores(ctx context.Context, e *env) {
 	for sleep(ctx, e.between(3*time.Second, 4*time.Second)) {
 		nd := e.cl.nodes[0]
 		backup := filepath.Join(e.dir, fmt.Sprintf("backup-%d.fls", e.restores.Load()))
-		if err := run(ctx, nd.bin, "snapshot", "save", backup, "--server", nd.addr); err != nil {
+		if err := run(ctx, nd.bin, append([]string{"snapshot", "save", backup, "--server", nd.addr}, e.tls.cliArgs()...)...); err != nil {
 			e.nemesis("backup failed: " + err.Error())
 			continue
 		}

@@ -154,3 +154,27 @@ func startStore(t *testing.T, bin string) string {
 		return ""
 	}
 }
+
+// TestScenarios_TLS runs a server-fault and the client-fault scenario on
+// nodes with HTTPS, client certificates and mutual TLS on Raft.
+func TestScenarios_TLS(t *testing.T) {
+	bin := testproc.Binary(t)
+	cfg := verify.DefaultConfig()
+	cfg.Binary, cfg.OutDir, cfg.Seed, cfg.TLS = bin, t.TempDir(), uint64(time.Now().UnixNano()%1e9), true
+	cfg.Duration = 8 * time.Second
+	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rs, err := verify.Run(ctx, cfg, "kill", "zombie-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	verify.WriteTable(&table, rs)
+	t.Logf("TLS, seed %d\n%s", cfg.Seed, table.String())
+	for _, r := range rs {
+		if !r.Pass {
+			t.Errorf("%s on TLS: %q (history in %s)", r.Scenario, r.Verdict, r.Dir)
+		}
+	}
+}

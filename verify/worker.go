@@ -18,6 +18,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/internal/tlsconf"
 	"github.com/fencelock/fencelock/internal/netproxy"
 )
 
@@ -52,6 +53,8 @@ type workerSetup struct {
 	Resource  string        `json:"resource"`  // spec for WorkerConfig.Open
 	Fencing   bool          `json:"fencing"`   // false only in the negative control
 	OpTimeout time.Duration `json:"op_timeout"`
+	// TLS names the client certificate, its key and the CA of a TLS run.
+	TLS *tlsconf.Files `json:"tls,omitempty"`
 }
 
 // WorkerConfig configures a worker process.
@@ -88,6 +91,13 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 	ccfg.AttemptTimeout = time.Second
 	ccfg.RetryTimeout = setup.OpTimeout
 	ccfg.MaxRetryBackoff = 200 * time.Millisecond
+	if setup.TLS != nil {
+		tc, err := tlsconf.Client(*setup.TLS)
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		ccfg.TLS = tc
+	}
 	if cfg.Logger != nil {
 		ccfg.Logger = cfg.Logger
 	}
@@ -263,7 +273,11 @@ func startWorker(e *env, process int) (*workerProc, error) {
 		w.close()
 		return nil, fmt.Errorf("start worker %q: %w", argv, err)
 	}
-	setup, _ := json.Marshal(workerSetup{Endpoints: eps, Resource: e.resource, Fencing: !e.sc.NoFencing, OpTimeout: e.cfg.OpTimeout})
+	ws := workerSetup{Endpoints: eps, Resource: e.resource, Fencing: !e.sc.NoFencing, OpTimeout: e.cfg.OpTimeout}
+	if e.tls != nil {
+		ws.TLS = &e.tls.files
+	}
+	setup, _ := json.Marshal(ws)
 	if _, err := w.stdin.Write(append(setup, '\n')); err != nil {
 		w.close()
 		return nil, fmt.Errorf("start worker: send setup: %w", err)

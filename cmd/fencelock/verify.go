@@ -55,6 +55,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	servers := fs.String("servers", "", "verify an existing lock service: its API addresses host:port, comma-separated (no nodes are started)")
 	fs.StringVar(&cfg.StoreURL, "store", "", "with --servers: an existing fenced store URL to use instead of starting one")
 	fs.StringVar(&cfg.NemesisExec, "nemesis-exec", "", "with --servers: a program that kills, starts, pauses, resumes, isolates and heals your servers, so that scenarios 1, 2, 3 and 5 run against them (see docs/VERIFICATION.md)")
+	fs.BoolVar(&cfg.TLS, "tls", false, "run the harness's nodes with HTTPS, client certificates and mutual TLS on Raft (a development CA in the output directory)")
 	fs.StringVar(&cfg.Resource, "resource", verify.ResourceStore, "the fenced resource the workload writes: store (the object store), or a postgres://DSN, redis://ADDR or s3://BUCKET/PREFIX?endpoint=URL URL (existing servers and buckets; tables and keys named fencelock_verify_* / fencelock:verify:*)")
 	out := fs.String("out", "", "output directory for histories, logs and visualisations (default: a new temp dir)")
 	asJSON := fs.Bool("json", false, "print each scenario's result as a JSON line instead of the table")
