@@ -68,8 +68,8 @@ type node struct {
 	// kills or signals it only through its hook (Config.NemesisExec), and
 	// not at all without one.
 	external bool
-	hook     *hook // nil: no NemesisExec
-	index    int   // in the cluster, for the hook
+	hook     *hook   // nil: no NemesisExec
+	index    int     // in the cluster, for the hook
 	tls      *tlsRun // nil: plain HTTP and TCP
 
 	mu   sync.Mutex

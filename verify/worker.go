@@ -18,8 +18,8 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/fence"
-	"github.com/fencelock/fencelock/internal/tlsconf"
 	"github.com/fencelock/fencelock/internal/netproxy"
+	"github.com/fencelock/fencelock/internal/tlsconf"
 )
 
 // request is one operation the harness asks a worker process to perform.
