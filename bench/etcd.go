@@ -47,7 +47,7 @@ func NewEtcd(ctx context.Context, addr string, ttl time.Duration) (*Etcd, error)
 
 // Renewals sums etcd_debugging_lease_renewed_total over the members.
 func (e *Etcd) Renewals(ctx context.Context) (int64, error) {
-	return scrapeCounter(ctx, e.addrs, "etcd_debugging_lease_renewed_total")
+	return scrapeCounter(ctx, nil, e.addrs, "etcd_debugging_lease_renewed_total")
 }
 
 func (e *Etcd) Name() string { return "etcd" }

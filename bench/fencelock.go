@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -35,11 +36,14 @@ func (s *Server) PID() int { return s.cmd.Process.Pid }
 // dataDir/nI/serve.log. A node that exits before then (most often because
 // another process took a port between its choice and the node's bind) is
 // retried on fresh ports and data, up to three times in all.
-func StartServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, error) {
+//
+// With tf (not nil) the nodes serve TLS everywhere with authentication
+// (FencelockTLSSystem).
+func StartServers(ctx context.Context, bin, dataDir string, n int, tf *TLSFiles) ([]*Server, error) {
 	var err error
 	for range 3 {
 		var srvs []*Server
-		if srvs, err = startServers(ctx, bin, dataDir, n); !errors.Is(err, errExitedEarly) {
+		if srvs, err = startServers(ctx, bin, dataDir, n, tf); !errors.Is(err, errExitedEarly) {
 			return srvs, err
 		}
 		fmt.Fprintf(os.Stderr, "fencelock: %v; trying again on other ports\n", err)
@@ -53,7 +57,14 @@ func StartServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, e
 // errExitedEarly: a node exited before any node was ready.
 var errExitedEarly = errors.New("fencelock serve exited before ready")
 
-func startServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, error) {
+func startServers(ctx context.Context, bin, dataDir string, n int, tf *TLSFiles) ([]*Server, error) {
+	var conf *tls.Config
+	if tf != nil {
+		var err error
+		if conf, err = tf.Client(); err != nil {
+			return nil, err
+		}
+	}
 	var apis, rafts, voters []string
 	for i := range n {
 		api, err := freePort()
@@ -84,6 +95,9 @@ func startServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, e
 		if n > 1 {
 			args = append(args, "--node-id", fmt.Sprintf("n%d", i+1), "--bootstrap", strings.Join(voters, ","))
 		}
+		if tf != nil {
+			args = append(args, tf.serveArgs()...)
+		}
 		s, err := startServer(bin, apis[i], filepath.Join(dir, "serve.log"), args)
 		if err != nil {
 			stopAll()
@@ -92,7 +106,7 @@ func startServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, e
 		srvs = append(srvs, s)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	hc := &http.Client{Timeout: time.Second}
+	hc, scheme := web(conf)
 	for time.Now().Before(deadline) {
 		for _, s := range srvs {
 			select {
@@ -101,7 +115,7 @@ func startServers(ctx context.Context, bin, dataDir string, n int) ([]*Server, e
 				return nil, fmt.Errorf("%w (%v); see %s", errExitedEarly, s.err, s.log)
 			default:
 			}
-			resp, err := hc.Get("http://" + s.Addr + "/readyz?leader")
+			resp, err := hc.Get(scheme + s.Addr + "/readyz?leader")
 			if err == nil {
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
@@ -175,6 +189,7 @@ type Fencelock struct {
 	c         *client.Client
 	ttl       time.Duration
 	perWorker bool
+	tls       *tls.Config // FencelockTLSSystem's
 }
 
 // The fencelock systems: one client shared by the workers, and a client per
@@ -186,31 +201,33 @@ const (
 
 // IsFencelock reports whether system is one of the fencelock systems.
 func IsFencelock(system string) bool {
-	return system == FencelockSystem || system == FencelockPerWorkerSystem
+	return system == FencelockSystem || system == FencelockPerWorkerSystem || system == FencelockTLSSystem
 }
 
 // NewFencelock returns a Target named system (one of the fencelock
 // systems) of the service at addr (a comma-separated list for a cluster);
-// grants have the given TTL (kept alive by the client while held).
-func NewFencelock(system, addr string, ttl time.Duration) (*Fencelock, error) {
+// grants have the given TTL (kept alive by the client while held). conf is
+// the client's TLS (FencelockTLSSystem), or nil.
+func NewFencelock(system, addr string, ttl time.Duration, conf *tls.Config) (*Fencelock, error) {
 	name := system
 	cfg := client.DefaultConfig(strings.Split(addr, ",")...)
+	cfg.TLS = conf
 	c, err := client.NewFromConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Fencelock{name: name, addrs: cfg.Endpoints, c: c, ttl: ttl, perWorker: system == FencelockPerWorkerSystem}, nil
+	return &Fencelock{name: name, addrs: cfg.Endpoints, c: c, ttl: ttl, perWorker: system == FencelockPerWorkerSystem, tls: conf}, nil
 }
 
 // Renewals sums fencelock_renewals_total over the nodes.
 func (f *Fencelock) Renewals(ctx context.Context) (int64, error) {
-	return scrapeCounter(ctx, f.addrs, "fencelock_renewals_total")
+	return scrapeCounter(ctx, f.tls, f.addrs, "fencelock_renewals_total")
 }
 
 // Syncs sums the nodes' log appends, one sync each
 // (fencelock_log_append_entries_count).
 func (f *Fencelock) Syncs(ctx context.Context) (int64, error) {
-	return scrapeCounter(ctx, f.addrs, "fencelock_log_append_entries_count")
+	return scrapeCounter(ctx, f.tls, f.addrs, "fencelock_log_append_entries_count")
 }
 
 func (f *Fencelock) Name() string { return f.name }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -128,14 +129,15 @@ func RunHold(ctx context.Context, t RenewalCounter, n int, ttl, d time.Duration,
 
 // scrapeCounter sums the Prometheus counter metric over the /metrics pages
 // of addrs (host:port).
-func scrapeCounter(ctx context.Context, addrs []string, metric string) (int64, error) {
+func scrapeCounter(ctx context.Context, conf *tls.Config, addrs []string, metric string) (int64, error) {
 	var sum int64
+	hc, scheme := web(conf)
 	for _, a := range addrs {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+a+"/metrics", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+a+"/metrics", nil)
 		if err != nil {
 			return 0, err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			return 0, fmt.Errorf("read %s metrics: %w", a, err)
 		}

@@ -183,7 +183,7 @@ func TestStartServers_NodeThatExitsIsReported(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := StartServers(ctx, bin, t.TempDir(), 3)
+		_, err := StartServers(ctx, bin, t.TempDir(), 3, nil)
 		done <- err
 	}()
 	select {

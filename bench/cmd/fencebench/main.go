@@ -11,6 +11,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -58,7 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	locks := fs.String("locks", "own,one", "comma-separated: own (each client its own lock), one (all on one lock)")
 	fs.StringVar(&o.out, "out", "bench-results.md", "markdown file to write")
 	fs.BoolVar(&o.smoke, "smoke", false, "very short run (200 ms per cell, no warm-up, 20 fsyncs) that checks the harness, not the numbers")
-	fs.StringVar(&o.systems, "systems", "fencelock,fencelock-perworker,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of; fencelock-perworker is the same server with a client per worker instead of one shared client")
+	fs.StringVar(&o.systems, "systems", "fencelock,fencelock-perworker,fencelock-tls,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of; fencelock-perworker is the same server with a client per worker instead of one shared client; fencelock-tls the same with TLS everywhere and a policy (its own nodes)")
 	fs.StringVar(&o.peersDir, "peers-dir", "", "directory given to peers.sh up: reads peers.env (addresses) and *.pid (for server CPU)")
 	fs.StringVar(&o.workDir, "work-dir", "", "directory for fencelock's data and the fsync probe (default: a new temporary directory, removed after)")
 	fs.StringVar(&o.fencelockBin, "fencelock-bin", "", "fencelock binary to start as 'serve' (go build -o BIN ./cmd/fencelock)")
@@ -188,8 +189,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 
 	var targets []bench.Target
 	serverPID := map[string][]int{}
-	startedAddr, startedPIDs := "", []int(nil) // the fencelock nodes this run started, shared by the fencelock systems
-	fencelockAddr := ""
+	started := &startedNodes{} // the fencelock nodes this run started, shared by the fencelock systems of a kind
+	defer started.stop()
+	sysAddr, sysTLS := map[string]string{}, map[string]*tls.Config{}
 	defer func() {
 		for _, t := range targets {
 			t.Close()
@@ -200,36 +202,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		var t bench.Target
 		switch {
 		case bench.IsFencelock(name):
-			addr := o.fencelockAddr
-			if addr == "" {
-				addr = startedAddr
+			tlsRun := name == bench.FencelockTLSSystem
+			nodes, nerr := started.get(ctx, o, workDir, tlsRun, rp, logf)
+			if nerr != nil {
+				return nerr
 			}
-			if addr == "" {
-				if o.fencelockBin == "" {
-					return errors.New("fencelock: give --fencelock-bin (go build -o BIN ./cmd/fencelock) or --fencelock-addr")
-				}
-				logf("starting %d × %s serve", o.nodes, o.fencelockBin)
-				srvs, err := bench.StartServers(ctx, o.fencelockBin, filepath.Join(workDir, "fencelock"), o.nodes)
-				if err != nil {
-					return err
-				}
-				var addrs []string
-				for _, srv := range srvs {
-					defer srv.Stop()
-					addrs = append(addrs, srv.Addr)
-					startedPIDs = append(startedPIDs, srv.PID())
-				}
-				addr = strings.Join(addrs, ",")
-				startedAddr = addr
-				if o.nodes == 1 {
-					rp.Notes = append(rp.Notes, "fencelock: one node, `fencelock serve` as built from this tree, Raft log fsync on (the default)")
-				} else {
-					rp.Notes = append(rp.Notes, fmt.Sprintf("fencelock: %d nodes (one Raft group) on this machine, `fencelock serve` as built from this tree, fsync on; the client is given every node; server CPU is all nodes together", o.nodes))
-				}
-			}
-			serverPID[name] = startedPIDs
-			fencelockAddr = addr
-			t, err = bench.NewFencelock(name, addr, o.ttl)
+			serverPID[name], sysAddr[name], sysTLS[name] = nodes.pids, nodes.addr, nodes.conf
+			t, err = bench.NewFencelock(name, nodes.addr, o.ttl, nodes.conf)
 		case name == "etcd":
 			if o.etcdAddr == "" {
 				return errors.New("etcd: give --etcd or --peers-dir")
@@ -287,7 +266,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			var err error
 			switch {
 			case bench.IsFencelock(t.Name()):
-				ht, err = bench.NewFencelock(t.Name(), fencelockAddr, o.holdTTL)
+				ht, err = bench.NewFencelock(t.Name(), sysAddr[t.Name()], o.holdTTL, sysTLS[t.Name()])
 			case t.Name() == "etcd":
 				ht, err = bench.NewEtcd(ctx, o.etcdAddr, o.holdTTL)
 			default:
@@ -371,4 +350,78 @@ func containsCell(cs []bench.Cell, c bench.Cell) bool {
 		}
 	}
 	return false
+}
+
+// nodes is a set of fencelock nodes the fencelock systems of one kind
+// (plain, or TLS) share.
+type nodes struct {
+	addr string
+	pids []int
+	conf *tls.Config
+	srvs []*bench.Server
+}
+
+// startedNodes holds the plain and the TLS nodes, started on first use.
+type startedNodes struct{ plain, tls *nodes }
+
+func (s *startedNodes) stop() {
+	for _, n := range []*nodes{s.plain, s.tls} {
+		if n != nil {
+			for _, srv := range n.srvs {
+				srv.Stop()
+			}
+		}
+	}
+}
+
+// get returns the nodes of a kind, starting them (or, for plain, using
+// --fencelock-addr) the first time.
+func (s *startedNodes) get(ctx context.Context, o options, workDir string, tlsRun bool, rp *bench.Report, logf func(string, ...any)) (*nodes, error) {
+	slot := &s.plain
+	if tlsRun {
+		slot = &s.tls
+	}
+	if *slot != nil {
+		return *slot, nil
+	}
+	if !tlsRun && o.fencelockAddr != "" {
+		*slot = &nodes{addr: o.fencelockAddr}
+		return *slot, nil
+	}
+	if o.fencelockBin == "" {
+		return nil, errors.New("fencelock: give --fencelock-bin (go build -o BIN ./cmd/fencelock) or --fencelock-addr")
+	}
+	n := &nodes{}
+	var tf *bench.TLSFiles
+	dir := filepath.Join(workDir, "fencelock")
+	if tlsRun {
+		dir = filepath.Join(workDir, "fencelock-tls")
+		f, err := bench.MakeTLS(o.fencelockBin, filepath.Join(workDir, "tls"))
+		if err != nil {
+			return nil, err
+		}
+		if n.conf, err = f.Client(); err != nil {
+			return nil, err
+		}
+		tf = &f
+		rp.Notes = append(rp.Notes, "fencelock-tls: the same server with HTTPS and client certificates on the API, mutual TLS on Raft and a policy every call checks (TLS 1.3 between nodes; one shared client)")
+	}
+	logf("starting %d × %s serve (TLS: %v)", o.nodes, o.fencelockBin, tlsRun)
+	srvs, err := bench.StartServers(ctx, o.fencelockBin, dir, o.nodes, tf)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []string
+	for _, srv := range srvs {
+		addrs = append(addrs, srv.Addr)
+		n.pids = append(n.pids, srv.PID())
+	}
+	n.addr, n.srvs = strings.Join(addrs, ","), srvs
+	if !tlsRun && o.nodes == 1 {
+		rp.Notes = append(rp.Notes, "fencelock: one node, `fencelock serve` as built from this tree, Raft log fsync on (the default)")
+	} else if !tlsRun {
+		rp.Notes = append(rp.Notes, fmt.Sprintf("fencelock: %d nodes (one Raft group) on this machine, `fencelock serve` as built from this tree, fsync on; the client is given every node; server CPU is all nodes together", o.nodes))
+	}
+	*slot = n
+	return n, nil
 }
