@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/fencelock/fencelock/acl"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/acl"
 )
 
 func hashOf(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.EncodeToString(s[:]) }
@@ -151,5 +152,33 @@ func TestAudit(t *testing.T) {
 	s.uiHandler().ServeHTTP(rec, httptest.NewRequestWithContext(billing, http.MethodGet, "/ui/events", nil))
 	if rec.Code != http.StatusForbidden {
 		t.Fatalf("/ui/events for a non-admin answered %d, want 403", rec.Code)
+	}
+}
+
+// TestHTTPServer_closesSilentConnections: a connection that sends no
+// request is closed once the header timeout passes, not held forever.
+func TestHTTPServer_closesSilentConnections(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := HTTPServer(http.NotFoundHandler())
+	go hs.Serve(ln)
+	defer hs.Close()
+	if hs.IdleTimeout <= 0 || hs.ReadHeaderTimeout <= 0 {
+		t.Fatalf("idle timeout %v, header timeout %v: want both set", hs.IdleTimeout, hs.ReadHeaderTimeout)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(hs.ReadHeaderTimeout + 10*time.Second))
+	_, err = c.Read(make([]byte, 1))
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("a silent connection was still open %v later", time.Since(start).Round(time.Second))
 	}
 }

@@ -9,12 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencelock/fencelock/acl"
-
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/buildinfo"
 	"github.com/fencelock/fencelock/internal/wire"

@@ -9,13 +9,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fencelock/fencelock/acl"
-
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"

@@ -7,9 +7,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fencelock/fencelock/acl"
-
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/acl"
 )
 
 // Config configures a Server. Start from DefaultConfig.

@@ -9,9 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencelock/fencelock/acl"
-
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/sequencer"
 )

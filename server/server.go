@@ -14,12 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencelock/fencelock/acl"
-
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
 )
 

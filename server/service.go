@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fencelock/fencelock/acl"
-
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/wire"
 )

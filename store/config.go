@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/acl"
-
 	"github.com/fencelock/fencelock/sequencer"
 
 	"github.com/fencelock/fencelock"

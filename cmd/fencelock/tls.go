@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/fencelock/fencelock/acl"
-
 	"github.com/fencelock/fencelock/internal/tlsconf"
 )
 
