@@ -168,7 +168,7 @@ func serveNode(ctx context.Context, cfg server.Config, o serveOpts) error {
 		go func() { serveErr <- hs.Serve(ln) }()
 	}
 	log.Info("fencelock serving", "api", ln.Addr().String(), "raft", cfg.RaftAddr, "data_dir", cfg.DataDir, "node", cfg.NodeID, "procs", runtime.GOMAXPROCS(0))
-	if cfg.AdminToken == "" && cfg.ACL == nil {
+	if cfg.AdminToken == "" && cfg.ACL == nil && !loopback(o.listen) {
 		log.Warn("membership changes are open to every caller that reaches the API: give --admin-token-file, or --tokens-file and --policy-file")
 	}
 
