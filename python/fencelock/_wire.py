@@ -60,14 +60,18 @@ _LEASE_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 def grant(ans: dict):
-    """Returns (token, lease id, ttl in seconds) of an Acquire answer."""
+    """Returns (token, lease id, ttl in seconds, sequencer, cluster id) of an
+    Acquire answer."""
     g = ans.get("grant")
     if not isinstance(g, dict) or not isinstance(g.get("leaseId"), str) or not _LEASE_ID.match(g["leaseId"]):
         raise errors.Unavailable("service returned no grant")
     ttl = parse_duration(g.get("ttl"))
     if not math.isfinite(ttl) or ttl <= 0:
         raise errors.Unavailable("service returned a grant with ttl %r" % g.get("ttl"))
-    return parse_token(g.get("token")), g["leaseId"], ttl
+    seq, cluster = g.get("sequencer", ""), g.get("clusterId", "")
+    if not isinstance(seq, str) or not isinstance(cluster, str):
+        raise errors.Unavailable("service returned a grant with a malformed sequencer")
+    return parse_token(g.get("token")), g["leaseId"], ttl, seq, cluster
 
 
 def _varint(b: bytes, i: int):

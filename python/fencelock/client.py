@@ -120,8 +120,11 @@ class Client:
         A Lock renews itself; this is for a grant held across processes.
         Raises NotHolder, LeaseExpired or Unavailable.
         """
-        ans = self.call("Renew", {"name": name, "leaseId": lease_id, "token": str(token)}, until=until)
-        return _wire.parse_duration(ans.get("ttl"))
+        return _wire.parse_duration(self._renew(name, lease_id, token, until).get("ttl"))
+
+    def _renew(self, name, lease_id, token, until=None) -> dict:
+        """Renew's answer: its ttl and its new sequencer."""
+        return self.call("Renew", {"name": name, "leaseId": lease_id, "token": str(token)}, until=until)
 
     def release(self, name: str, lease_id: str, token: int) -> None:
         """Ends a grant; the next waiter is granted at once. Raises NotHolder."""
@@ -299,7 +302,7 @@ class _Acquisition:
         caller's own request id) is renewed first, so that the lease counts
         from a known instant."""
         start = self.first
-        token, lease, ttl = g
+        token, lease, ttl, seq, cluster = g
         if self.own_id or time.monotonic() - start > self.margin:
             now = time.monotonic()
             try:
@@ -310,7 +313,9 @@ class _Acquisition:
             except errors.FencelockError:
                 if self.own_id:
                     raise  # no known start for the lease: give up, and take the grant back
-        return Lock(self.c, self.name, token, lease, ttl, self.margin, start)
+        lock = Lock(self.c, self.name, token, lease, ttl, self.margin, start)
+        lock._sequencer, lock.cluster_id = seq, cluster
+        return lock
 
     def _abandon(self, sync):
         """Takes back what the request left: its place, or its grant. The

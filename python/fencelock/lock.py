@@ -28,9 +28,18 @@ class Lock:
         self.cause = None
         self._mu = threading.Lock()
         self._deadline = start + ttl - margin
+        self._sequencer = ""
+        self.cluster_id = ""
         self._released = threading.Event()
         self._thread = threading.Thread(target=self._keep_alive, name="fencelock-renew " + name, daemon=True)
         self._thread.start()
+
+    @property
+    def sequencer(self) -> str:
+        """The grant's latest signed proof, for resources that verify one: the
+        grant's, then each renewal's; "" if the cluster signs none."""
+        with self._mu:
+            return self._sequencer
 
     @property
     def deadline(self) -> float:
@@ -88,7 +97,10 @@ class Lock:
 
         def renew():
             try:
-                self.client.renew(self.name, self.lease_id, self.token, until=self.deadline)
+                ans = self.client._renew(self.name, self.lease_id, self.token, until=self.deadline)
+                if isinstance(ans.get("sequencer"), str) and ans["sequencer"]:
+                    with self._mu:
+                        self._sequencer = ans["sequencer"]
                 out.append(None)
             except BaseException as e:  # handed to the keep-alive thread
                 out.append(e)

@@ -24,6 +24,7 @@ def client(node):
 def test_lock_grants_increasing_tokens_and_releases_on_exit(client):
     with client.lock("py/basic", ttl=5) as a:
         assert a.token > 0 and not a.lost.is_set()
+        assert a.sequencer.startswith("fls1.") and a.cluster_id
         a.check()
     assert a.lost.is_set() and a.cause == "released"
     with pytest.raises(fencelock.LeaseLost):

@@ -39,7 +39,9 @@ def test_malformed_grants_are_unavailable(grant):
 
 def test_a_good_grant_parses():
     assert _wire.grant({"grant": {"token": "18446744073709551615", "leaseId": "a" * 32, "ttl": "1.5s"}}) == \
-        (2**64 - 1, "a" * 32, 1.5)
+        (2**64 - 1, "a" * 32, 1.5, "", "")
+    assert _wire.grant({"grant": {"token": "7", "leaseId": "a" * 32, "ttl": "1s", "sequencer": "fls1.x", "clusterId": "c"}})[3:] == \
+        ("fls1.x", "c")
 
 
 @pytest.mark.parametrize("body", [b"", b"[]", b'{"details":5}', b'{"details":[5, {"type":"x"}]}',
@@ -120,10 +122,10 @@ class HangingClient:
     def __init__(self, delay):
         self.delay, self.renewals = delay, 0
 
-    def renew(self, name, lease_id, token, until=None):
+    def _renew(self, name, lease_id, token, until=None):
         self.renewals += 1
         time.sleep(self.delay)
-        return 2.0
+        return {"ttl": "2s", "sequencer": "fls1.renewed"}
 
     def _release(self, *a):
         pass
@@ -147,3 +149,14 @@ def test_a_renewal_confirmed_after_the_deadline_does_not_extend_the_lease():
     with pytest.raises(fencelock.LeaseLost):
         lk.check()
     assert lk.deadline == pytest.approx(start + 1.35)
+
+
+def test_a_renewal_brings_a_new_sequencer():
+    c = HangingClient(delay=0)
+    lk = Lock(c, "x", 5, "a" * 32, ttl=0.6, margin=0.05, start=time.monotonic())
+    lk._sequencer = "fls1.first"
+    deadline = time.monotonic() + 2
+    while lk.sequencer == "fls1.first" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert lk.sequencer == "fls1.renewed"
+    lk.release()
