@@ -3,18 +3,22 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/acl"
+	"golang.org/x/net/http2"
 )
 
 func hashOf(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.EncodeToString(s[:]) }
@@ -180,5 +184,49 @@ func TestHTTPServer_closesSilentConnections(t *testing.T) {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		t.Fatalf("a silent connection was still open %v later", time.Since(start).Round(time.Second))
+	}
+}
+
+// countingReader hands out n zero bytes... forever, counting what was read.
+type countingReader struct{ read atomic.Int64 }
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = ' '
+	}
+	c.read.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// TestHandler_doesNotDrainAHugeBody: a unary call whose body claims a
+// gigabyte is refused after a message's worth, not read to its end.
+func TestHandler_doesNotDrainAHugeBody(t *testing.T) {
+	s := openInProcess(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := HTTPServer(s.Handler())
+	go hs.Serve(ln)
+	defer hs.Close()
+	h2c := &http.Client{Transport: &http2.Transport{AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}}}
+	body := &countingReader{}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+ln.Addr().String()+"/fencelock.v1.LockService/Acquire", io.LimitReader(body, 1<<30))
+	req.ContentLength = 1 << 30
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := h2c.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("a gigabyte body was accepted")
+		}
+	}
+	if n := body.read.Load(); n > 8<<20 {
+		t.Fatalf("the node read %d bytes of a body it refused, want at most a few messages' worth", n)
 	}
 }

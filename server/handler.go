@@ -52,7 +52,21 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, "not ready: no leader heard from lately, or behind the leader", http.StatusServiceUnavailable)
 		}
 	})
-	return s.acl.Middleware(s.cfg.AdminToken, mux)
+	return s.acl.Middleware(s.cfg.AdminToken, boundBodies(mux))
+}
+
+// boundBodies caps the body of every request but a Session stream's (whose
+// messages Connect bounds one by one) at a message's size and a little:
+// past it the read fails and the connection is not drained, so a body that
+// claims a gigabyte costs no more than the cap.
+func boundBodies(next http.Handler) http.Handler {
+	session := fencelockv1connect.LockServiceSessionProcedure
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != session && r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, maxMessageBytes+4096)
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // MaxStreams bounds the calls one HTTP/2 connection carries at once.
