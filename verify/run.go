@@ -380,17 +380,35 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 	}
 
 	start := time.Now()
-	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
-	defer cancel()
 	obs := &observer{}
 	defer obs.close()
+	if err := e.play(ctx, obs); err != nil {
+		return Result{}, err
+	}
+	obs.poll(ctx, e) // a last look: snapshot indexes after healing
+	elapsed := time.Since(start)
+
+	r, err := e.judgeRun(nodes, seed, elapsed, obs)
+	if err != nil {
+		return Result{}, err
+	}
+	log.Info("scenario done", "scenario", sc.Name, "verdict", r.Verdict, "ops", r.Ops, "elapsed", r.Duration)
+	return r, nil
+}
+
+// play runs the workload, the nemesis and the observer for the run's
+// duration, then heals every fault, restarts what is down and reads the
+// final objects.
+func (e *env) play(ctx context.Context, obs *observer) error {
+	runCtx, cancel := context.WithTimeout(ctx, e.cfg.Duration)
+	defer cancel()
 	obs.poll(ctx, e) // the state before any fault
 	var wg sync.WaitGroup
 	wg.Go(func() { obs.run(runCtx, e) })
-	wg.Go(func() { sc.Nemesis(runCtx, e) })
+	wg.Go(func() { e.sc.Nemesis(runCtx, e) })
 	var workErr error
 	var errMu sync.Mutex
-	for p := 0; p < cfg.Clients; p++ {
+	for p := 0; p < e.cfg.Clients; p++ {
 		wg.Go(func() {
 			if err := runClient(runCtx, e, p); err != nil {
 				errMu.Lock()
@@ -401,31 +419,33 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 	}
 	wg.Wait()
 	if workErr != nil {
-		return Result{}, workErr
+		return workErr
 	}
 	// Heal everything, then read the final objects.
-	if err := cl.heal(); err != nil {
-		return Result{}, fmt.Errorf("heal after the run: %w", err)
+	if err := e.cl.heal(); err != nil {
+		return fmt.Errorf("heal after the run: %w", err)
 	}
-	for _, nd := range cl.nodes {
+	for _, nd := range e.cl.nodes {
 		if !nd.running() {
 			if err := nd.start(ctx); err != nil {
-				return Result{}, err
+				return err
 			}
 		}
 	}
-	if err := finalReads(ctx, e); err != nil {
-		return Result{}, err
-	}
-	obs.poll(ctx, e) // a last look: snapshot indexes after healing
-	elapsed := time.Since(start)
+	return finalReads(ctx, e)
+}
 
+// judgeRun writes the history, runs the checkers on it and returns the
+// run's Result, also written to result.json.
+func (e *env) judgeRun(nodes int, seed uint64, elapsed time.Duration, obs *observer) (Result, error) {
+	cfg, sc, dir, cl := e.cfg, e.sc, e.dir, e.cl
 	ops := e.h.Ops()
 	if err := WriteFile(filepath.Join(dir, "history.jsonl"), ops); err != nil {
 		return Result{}, err
 	}
 	r := Result{Scenario: sc.Name, Resource: resourceName(cfg), Seed: seed, Nodes: nodes, Duration: elapsed.Round(100 * time.Millisecond), Dir: dir,
-		Faults: int(e.faults.Load()), MemberChanges: int(e.members.Load()), Refusals: int(e.refusals.Load()), Restores: int(e.restores.Load()), RestoreFailures: int(e.restoreFailures.Load()), LeaderChanges: obs.leaderChanges(), Snapshots: obs.snapshots, Expected: "valid"}
+		Faults: int(e.faults.Load()), MemberChanges: int(e.members.Load()), Refusals: int(e.refusals.Load()), Restores: int(e.restores.Load()),
+		RestoreFailures: int(e.restoreFailures.Load()), LeaderChanges: obs.leaderChanges(), Snapshots: obs.snapshots, Expected: "valid"}
 	if cl.external() {
 		r.LocalRestores, r.InstalledSnapshots = obs.restores()
 	} else {
@@ -440,7 +460,6 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 	judge(&r, sc)
 	b, _ := json.MarshalIndent(r, "", "  ")
 	_ = os.WriteFile(filepath.Join(dir, "result.json"), append(b, '\n'), 0o644)
-	log.Info("scenario done", "scenario", sc.Name, "verdict", r.Verdict, "ops", r.Ops, "elapsed", r.Duration)
 	return r, nil
 }
 

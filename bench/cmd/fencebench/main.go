@@ -199,45 +199,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}()
 	for _, name := range strings.Split(o.systems, ",") {
 		name = strings.TrimSpace(name)
-		var t bench.Target
-		switch {
-		case bench.IsFencelock(name):
-			tlsRun := name == bench.FencelockTLSSystem
-			nodes, nerr := started.get(ctx, o, workDir, tlsRun, rp, logf)
-			if nerr != nil {
-				return nerr
-			}
-			serverPID[name], sysAddr[name], sysTLS[name] = nodes.pids, nodes.addr, nodes.conf
-			t, err = bench.NewFencelock(name, nodes.addr, o.ttl, nodes.conf)
-		case name == "etcd":
-			if o.etcdAddr == "" {
-				return errors.New("etcd: give --etcd or --peers-dir")
-			}
-			t, err = bench.NewEtcd(ctx, o.etcdAddr, o.ttl)
-			if n := len(strings.Split(o.etcdAddr, ",")); n > 1 {
-				rp.Notes = append(rp.Notes, fmt.Sprintf("etcd: %d members (one cluster) on this machine, the client given every member; server CPU is all members together", n))
-			}
-		case name == "redis-aof" || name == "redis-nopersist":
-			addr := o.redisAOFAddr
-			if name == "redis-nopersist" {
-				addr = o.redisNoPAddr
-			}
-			if addr == "" {
-				return fmt.Errorf("%s: give --%s or --peers-dir", name, name)
-			}
-			maxClients := 0
-			for _, c := range o.clients {
-				maxClients = max(maxClients, c)
-			}
-			t, err = bench.NewRedis(ctx, name, addr, o.ttl, o.redisRetry, maxClients+8, o.redisTwoStep)
-			if o.nodes > 1 && name == "redis-aof" {
-				rp.Notes = append(rp.Notes, "Redis stays one server: its replication is asynchronous, so there is no replicated Redis setup with the same durability to compare")
-			}
-		default:
-			return fmt.Errorf("--systems: unknown system %q", name)
-		}
+		t, n, err := openTarget(ctx, name, o, workDir, started, rp, logf)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return err
+		}
+		if n != nil {
+			serverPID[name], sysAddr[name], sysTLS[name] = n.pids, n.addr, n.conf
 		}
 		targets = append(targets, t)
 		rp.Targets = append(rp.Targets, name)
@@ -424,4 +391,53 @@ func (s *startedNodes) get(ctx context.Context, o options, workDir string, tlsRu
 	}
 	*slot = n
 	return n, nil
+}
+
+// openTarget opens the benchmark target of system name; for a fencelock
+// system it also returns the nodes it runs on.
+func openTarget(ctx context.Context, name string, o options, workDir string, started *startedNodes, rp *bench.Report, logf func(string, ...any)) (bench.Target, *nodes, error) {
+	var t bench.Target
+	var err error
+	switch {
+	case bench.IsFencelock(name):
+		n, nerr := started.get(ctx, o, workDir, name == bench.FencelockTLSSystem, rp, logf)
+		if nerr != nil {
+			return nil, nil, nerr
+		}
+		t, err = bench.NewFencelock(name, n.addr, o.ttl, n.conf)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return t, n, nil
+	case name == "etcd":
+		if o.etcdAddr == "" {
+			return nil, nil, errors.New("etcd: give --etcd or --peers-dir")
+		}
+		t, err = bench.NewEtcd(ctx, o.etcdAddr, o.ttl)
+		if n := len(strings.Split(o.etcdAddr, ",")); n > 1 {
+			rp.Notes = append(rp.Notes, fmt.Sprintf("etcd: %d members (one cluster) on this machine, the client given every member; server CPU is all members together", n))
+		}
+	case name == "redis-aof" || name == "redis-nopersist":
+		addr := o.redisAOFAddr
+		if name == "redis-nopersist" {
+			addr = o.redisNoPAddr
+		}
+		if addr == "" {
+			return nil, nil, fmt.Errorf("%s: give --%s or --peers-dir", name, name)
+		}
+		maxClients := 0
+		for _, c := range o.clients {
+			maxClients = max(maxClients, c)
+		}
+		t, err = bench.NewRedis(ctx, name, addr, o.ttl, o.redisRetry, maxClients+8, o.redisTwoStep)
+		if o.nodes > 1 && name == "redis-aof" {
+			rp.Notes = append(rp.Notes, "Redis stays one server: its replication is asynchronous, so there is no replicated Redis setup with the same durability to compare")
+		}
+	default:
+		return nil, nil, fmt.Errorf("--systems: unknown system %q", name)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return t, nil, nil
 }
