@@ -39,8 +39,8 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		"API-ADDR; exit status 3 = not supported), and are skipped with a note\n"+
 		"otherwise. Use a cluster you can spare: the workload creates locks and\n"+
 		"objects named verify-<seed>-*.\n"+
-		"With --resource the workload writes to PostgreSQL or Redis, fenced by the\n"+
-		"postgres and redis packages, instead of the object store.\n"+
+		"With --resource the workload writes to PostgreSQL, Redis or an S3 bucket,\n"+
+		"fenced by the postgres, redis and s3 packages, instead of the object store.\n"+
 		"Scenarios: "+strings.Join(names, ", ")+".", stderr)
 	def := verify.DefaultConfig()
 	cfg := def
@@ -65,32 +65,8 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if fs.NArg() > 0 {
 		return usageErr("verify takes no arguments, got %q", fs.Args())
 	}
-	for _, s := range strings.Split(*servers, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			if strings.HasPrefix(s, "https://") {
-				return usageErr("verify --servers: %q: the harness puts a plain TCP proxy between each client and each server; give host:port", s)
-			}
-			cfg.Servers = append(cfg.Servers, strings.TrimSuffix(strings.TrimPrefix(s, "http://"), "/"))
-		}
-	}
-	if cfg.StoreURL != "" && !cfg.External() {
-		return usageErr("verify --store needs --servers (without them the harness starts its own store)")
-	}
-	if cfg.NemesisExec != "" && !cfg.External() {
-		return usageErr("verify --nemesis-exec needs --servers (without them the harness faults its own nodes)")
-	}
-	if cfg.NemesisExec != "" {
-		p, err := filepath.Abs(cfg.NemesisExec)
-		if err != nil {
-			return usageErr("verify --nemesis-exec %q: %v", cfg.NemesisExec, err)
-		}
-		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return usageErr("verify --nemesis-exec %q: want an executable file", cfg.NemesisExec)
-		}
-		cfg.NemesisExec = p
-	}
-	if cfg.StoreURL != "" && cfg.Resource != verify.ResourceStore {
-		return usageErr("verify: --store and --resource %s: choose one resource", verify.Redact(cfg.Resource))
+	if err := checkVerifyTargets(&cfg, *servers); err != nil {
+		return err
 	}
 	var which []string
 	if *scen != "all" && *scen != "" {
@@ -118,6 +94,61 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	fmt.Fprintf(stderr, "fencelock verify: seed %d, %v per scenario, output in %s\n", cfg.Seed, cfg.Duration, cfg.OutDir)
+	printVerifyTarget(stderr, cfg)
+	if err := cfg.Validate(); err != nil {
+		return usageErr("%v", err)
+	}
+	results, err := verify.Run(ctx, cfg, which...)
+	if perr := printResults(stdout, stderr, cfg, *scen, results, *asJSON); perr != nil && err == nil {
+		err = perr
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		if !r.Pass {
+			return exitError{1}
+		}
+	}
+	return nil
+}
+
+// checkVerifyTargets sets cfg.Servers from --servers and checks that the
+// flags naming the servers, store, nemesis program and resource fit together.
+func checkVerifyTargets(cfg *verify.Config, servers string) error {
+	for _, s := range strings.Split(servers, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if strings.HasPrefix(s, "https://") {
+				return usageErr("verify --servers: %q: the harness puts a plain TCP proxy between each client and each server; give host:port", s)
+			}
+			cfg.Servers = append(cfg.Servers, strings.TrimSuffix(strings.TrimPrefix(s, "http://"), "/"))
+		}
+	}
+	if cfg.StoreURL != "" && !cfg.External() {
+		return usageErr("verify --store needs --servers (without them the harness starts its own store)")
+	}
+	if cfg.NemesisExec != "" && !cfg.External() {
+		return usageErr("verify --nemesis-exec needs --servers (without them the harness faults its own nodes)")
+	}
+	if cfg.NemesisExec != "" {
+		p, err := filepath.Abs(cfg.NemesisExec)
+		if err != nil {
+			return usageErr("verify --nemesis-exec %q: %v", cfg.NemesisExec, err)
+		}
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return usageErr("verify --nemesis-exec %q: want an executable file", cfg.NemesisExec)
+		}
+		cfg.NemesisExec = p
+	}
+	if cfg.StoreURL != "" && cfg.Resource != verify.ResourceStore {
+		return usageErr("verify: --store and --resource %s: choose one resource", verify.Redact(cfg.Resource))
+	}
+	return nil
+}
+
+// printVerifyTarget says what the run verifies: whose servers, which resource
+// and which faults are skipped.
+func printVerifyTarget(stderr io.Writer, cfg verify.Config) {
 	resource := "a store started by the harness"
 	switch {
 	case cfg.StoreURL != "":
@@ -135,22 +166,6 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	default:
 		fmt.Fprintf(stderr, "fencelock verify: resource: %s\n", resource)
 	}
-	if err := cfg.Validate(); err != nil {
-		return usageErr("%v", err)
-	}
-	results, err := verify.Run(ctx, cfg, which...)
-	if perr := printResults(stdout, stderr, cfg, *scen, results, *asJSON); perr != nil && err == nil {
-		err = perr
-	}
-	if err != nil {
-		return err
-	}
-	for _, r := range results {
-		if !r.Pass {
-			return exitError{1}
-		}
-	}
-	return nil
 }
 
 // runVerifyWorker is a client process of "fencelock verify" (started by it).
