@@ -156,7 +156,7 @@ func (n *silentNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest)
 	n.mu.Lock()
 	n.acquires++
 	n.mu.Unlock()
-	return nil, &noAnswerError{err: errors.New("ping timed out")}
+	return nil, wire.NoAnswer(errors.New("ping timed out"))
 }
 
 // hintNode is a follower that names leader.

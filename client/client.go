@@ -15,7 +15,6 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
-	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
 
 // Config configures a Client. Start from DefaultConfig.
@@ -51,12 +50,9 @@ type Config struct {
 	SilentFor time.Duration
 	// Logger receives the client's logs (lease lost, retries).
 	Logger *slog.Logger
-	// AdminToken is sent with membership changes (AddMember, RemoveMember,
-	// TransferLeader) to a cluster started with an admin token.
-	AdminToken string
 	// Token, if set, is the caller's bearer token, sent with every call, for
-	// a cluster that authenticates callers (serve --tokens-file); the
-	// admin calls send AdminToken instead when that is set.
+	// a cluster that authenticates callers (serve --tokens-file); package
+	// admin's calls send its admin token instead when it has one.
 	Token string
 	// TLS, if set, makes every endpoint HTTPS (host:port without a scheme
 	// means https://host:port) with this configuration: the CA the nodes'
@@ -258,7 +254,7 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, extra time.Duration,
 	if err != nil && actx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("%s did not answer within %v: %w", ep.host, limit, fencelock.ErrUnavailable)
 		ep.silence(c.cfg.SilentFor)
-	} else if errors.Is(err, errNoAnswer) {
+	} else if errors.Is(err, wire.ErrNoAnswer) {
 		ep.silence(c.cfg.SilentFor)
 	}
 	return err
@@ -297,14 +293,13 @@ func (c *Client) pick() (*endpoint, int) {
 // endpoint is one node's API.
 type endpoint struct {
 	host        string // host:port
+	url         string
 	node        node
-	cluster     fencelockv1connect.ClusterServiceClient
 	silentUntil atomic.Int64 // unix ns; the node did not answer until then
 }
 
 func (c *Client) newEndpoint(u string) *endpoint {
-	return &endpoint{host: u[strings.Index(u, "://")+3:], node: c.dial(u),
-		cluster: fencelockv1connect.NewClusterServiceClient(c.hc, u)}
+	return &endpoint{host: u[strings.Index(u, "://")+3:], url: u, node: c.dial(u)}
 }
 
 // silence marks ep as silent for d.

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 )
 
@@ -166,7 +167,7 @@ func (n *lostNode) release(ctx context.Context, r *fencelockv1.ReleaseRequest) e
 	first := n.releases == 1
 	n.mu.Unlock()
 	if first {
-		return &noAnswerError{err: errors.New("connection cut")}
+		return wire.NoAnswer(errors.New("connection cut"))
 	}
 	return fmt.Errorf("lease-9: %w", fencelock.ErrNotHolder)
 }

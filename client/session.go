@@ -93,7 +93,7 @@ func (n *sessionNode) do(ctx context.Context, c *fencelockv1.Call) (*fencelockv1
 		}
 		return r, nil
 	case <-st.dead:
-		return nil, &noAnswerError{err: st.err}
+		return nil, wire.NoAnswer(st.err)
 	case <-ctx.Done():
 		st.drop(id)
 		return nil, ctx.Err()

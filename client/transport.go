@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/net/http2"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
@@ -20,7 +18,7 @@ import (
 
 // node is the client's seam to one node of the service: one method per
 // operation, each a single attempt. Errors wrap fencelock's sentinels (see
-// internal/wire); an error wrapping errNoAnswer means the node did not
+// internal/wire); an error wrapping wire.ErrNoAnswer means the node did not
 // answer at all (a broken connection, a dial that failed). Implementations
 // are safe for concurrent use.
 type node interface {
@@ -32,9 +30,6 @@ type node interface {
 	list(ctx context.Context, req *fencelockv1.ListRequest) (*fencelockv1.ListResponse, error)
 	checkSequencer(ctx context.Context, seq string) (*fencelockv1.CheckSequencerResponse, error)
 }
-
-// errNoAnswer: the node did not answer (network error, broken connection).
-var errNoAnswer = errors.New("no answer")
 
 // Timeouts of the default transport. A node that is frozen (SIGSTOP, a
 // stalled VM) still has its TCP connections accepted by the kernel, so the
@@ -93,42 +88,10 @@ func newConnectNode(hc *http.Client, url string) *connectNode {
 	return &connectNode{rpc: fencelockv1connect.NewLockServiceClient(hc, url)}
 }
 
-// fromWire converts a Connect error into the seam's errors.
-func fromWire(err error) error {
-	var ce *connect.Error
-	if errors.As(err, &ce) && len(ce.Details()) == 0 && isTransportFailure(ce) {
-		return &noAnswerError{err: wire.FromConnect(err)}
-	}
-	if !errors.As(err, &ce) && isNetErr(err) {
-		return &noAnswerError{err: err}
-	}
-	return wire.FromConnect(err)
-}
-
-// isTransportFailure reports whether ce was made by the client's side of
-// the connection, not sent by a node (whose errors carry a detail).
-func isTransportFailure(ce *connect.Error) bool {
-	return ce.Code() == connect.CodeUnavailable || ce.Code() == connect.CodeUnknown && isNetErr(ce)
-}
-
-func isNetErr(err error) bool {
-	var ne net.Error
-	var oe *net.OpError
-	return errors.As(err, &ne) || errors.As(err, &oe)
-}
-
-// noAnswerError wraps errNoAnswer and fencelock.ErrUnavailable.
-type noAnswerError struct{ err error }
-
-func (e *noAnswerError) Error() string { return "no answer: " + e.err.Error() }
-func (e *noAnswerError) Unwrap() []error {
-	return []error{errNoAnswer, fencelock.ErrUnavailable, e.err}
-}
-
 func (n *connectNode) describe(ctx context.Context, name string) (*fencelockv1.LockInfo, error) {
 	resp, err := n.rpc.Describe(ctx, connect.NewRequest(&fencelockv1.DescribeRequest{Name: name}))
 	if err != nil {
-		return nil, fromWire(err)
+		return nil, wire.FromCall(err)
 	}
 	return resp.Msg.Lock, nil
 }
@@ -136,7 +99,7 @@ func (n *connectNode) describe(ctx context.Context, name string) (*fencelockv1.L
 func (n *connectNode) list(ctx context.Context, req *fencelockv1.ListRequest) (*fencelockv1.ListResponse, error) {
 	resp, err := n.rpc.List(ctx, connect.NewRequest(req))
 	if err != nil {
-		return nil, fromWire(err)
+		return nil, wire.FromCall(err)
 	}
 	return resp.Msg, nil
 }
@@ -144,7 +107,7 @@ func (n *connectNode) list(ctx context.Context, req *fencelockv1.ListRequest) (*
 func (n *connectNode) checkSequencer(ctx context.Context, seq string) (*fencelockv1.CheckSequencerResponse, error) {
 	resp, err := n.rpc.CheckSequencer(ctx, connect.NewRequest(&fencelockv1.CheckSequencerRequest{Sequencer: seq}))
 	if err != nil {
-		return nil, fromWire(err)
+		return nil, wire.FromCall(err)
 	}
 	return resp.Msg, nil
 }

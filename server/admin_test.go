@@ -12,23 +12,25 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/server"
 )
 
-func adminClient(tb testing.TB, token string, endpoints ...string) *client.Client {
+// adminClient returns a lock client of endpoints and its administrative
+// calls with the admin token.
+func adminClient(tb testing.TB, token string, endpoints ...string) (*client.Client, *admin.Client) {
 	tb.Helper()
 	cfg := client.DefaultConfig(endpoints...)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.RetryTimeout = 5 * time.Second
-	cfg.AdminToken = token
 	c, err := client.NewFromConfig(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { c.Close() })
-	return c
+	return c, admin.New(c, token)
 }
 
 // TestServer_AdminTokenGuardsMembership: with an admin token, membership
@@ -44,17 +46,17 @@ func TestServer_AdminTokenGuardsMembership(t *testing.T) {
 	ctx := ctxFor(t, 60*time.Second)
 
 	for _, tok := range []string{"", "wrong"} {
-		c := adminClient(t, tok, srv.Addr)
-		if err := c.RemoveMember(ctx, "n9"); !errors.Is(err, fencelock.ErrUnauthenticated) {
+		c, a := adminClient(t, tok, srv.Addr)
+		if err := a.RemoveMember(ctx, "n9"); !errors.Is(err, fencelock.ErrUnauthenticated) {
 			t.Errorf("remove member with token %q = %v, want ErrUnauthenticated", tok, err)
 		}
-		if _, err := c.TransferLeader(ctx, "n9"); !errors.Is(err, fencelock.ErrUnauthenticated) {
+		if _, err := a.TransferLeader(ctx, "n9"); !errors.Is(err, fencelock.ErrUnauthenticated) {
 			t.Errorf("transfer leadership with token %q = %v, want ErrUnauthenticated", tok, err)
 		}
-		if err := c.AddMember(ctx, "n9", "127.0.0.1:1", ""); !errors.Is(err, fencelock.ErrUnauthenticated) {
+		if err := a.AddMember(ctx, "n9", "127.0.0.1:1", ""); !errors.Is(err, fencelock.ErrUnauthenticated) {
 			t.Errorf("add member with token %q = %v, want ErrUnauthenticated", tok, err)
 		}
-		if st, err := c.Status(ctx, srv.Addr); err != nil || len(st.Members) != 1 {
+		if st, err := a.Status(ctx, srv.Addr); err != nil || len(st.Members) != 1 {
 			t.Errorf("status without the token = %+v, %v; want it open, one member", st, err)
 		}
 		if l, err := c.Acquire(ctx, "open"); err != nil {
@@ -63,8 +65,8 @@ func TestServer_AdminTokenGuardsMembership(t *testing.T) {
 			l.Release(ctx)
 		}
 	}
-	admin := adminClient(t, "s3cret", srv.Addr)
-	if err := admin.RemoveMember(ctx, "n9"); err == nil || errors.Is(err, fencelock.ErrUnauthenticated) {
+	_, adm := adminClient(t, "s3cret", srv.Addr)
+	if err := adm.RemoveMember(ctx, "n9"); err == nil || errors.Is(err, fencelock.ErrUnauthenticated) {
 		t.Errorf("remove of an unknown member with the token = %v, want a refusal other than ErrUnauthenticated", err)
 	}
 
@@ -73,7 +75,7 @@ func TestServer_AdminTokenGuardsMembership(t *testing.T) {
 		Follower: true, Args: []string{"--node-id", "n2", "--join", srv.Addr, "--admin-token-file", tokenFile}})
 	n2.Start()
 	waitFor(t, func() bool {
-		st, err := admin.Status(ctx, srv.Addr)
+		st, err := adm.Status(ctx, srv.Addr)
 		return err == nil && len(st.Members) == 2
 	})
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/testproc"
@@ -124,7 +125,7 @@ func BenchmarkRenew(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	before, err := c.Status(ctx, srv.Addr)
+	before, err := admin.New(c, "").Status(ctx, srv.Addr)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func BenchmarkRenew(b *testing.B) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cpu1, _ := srv.CPUTime()
-	after, err := c.Status(ctx, srv.Addr)
+	after, err := admin.New(c, "").Status(ctx, srv.Addr)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/testproc"
 )
@@ -192,7 +193,7 @@ func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
 
 	leader := cl.Leader()
 	lag := (leader + 1) % 3
-	st, err := c.Status(ctx, cl.Nodes[lag].Addr)
+	st, err := admin.New(c, "").Status(ctx, cl.Nodes[lag].Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
 	cl.Nodes[lag].Kill9()
 	highest := churn(t, ctx, c, "s", 60)
 	waitFor(t, func() bool {
-		ls, err := c.Status(ctx, cl.Nodes[leader].Addr)
+		ls, err := admin.New(c, "").Status(ctx, cl.Nodes[leader].Addr)
 		return err == nil && ls.LastSnapshotIndex > lagApplied+trailing+1
 	})
 
@@ -208,8 +209,8 @@ func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
 	// InstallSnapshot can bring it up to date.
 	cl.Nodes[lag].Start()
 	waitFor(t, func() bool {
-		ls, err1 := c.Status(ctx, cl.Nodes[leader].Addr)
-		fs, err2 := c.Status(ctx, cl.Nodes[lag].Addr)
+		ls, err1 := admin.New(c, "").Status(ctx, cl.Nodes[leader].Addr)
+		fs, err2 := admin.New(c, "").Status(ctx, cl.Nodes[lag].Addr)
 		return err1 == nil && err2 == nil && fs.AppliedIndex >= ls.CommitIndex && fs.LastSnapshotIndex > lagApplied
 	})
 	// The node says so: a log line and a counter, by source.
@@ -231,7 +232,7 @@ func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
 	// on a loaded machine the churn can end before that timer fires: wait.
 	waitFor(t, func() bool {
 		for _, s := range cl.Nodes {
-			if st, err := c.Status(ctx, s.Addr); err != nil || st.LastSnapshotIndex == 0 {
+			if st, err := admin.New(c, "").Status(ctx, s.Addr); err != nil || st.LastSnapshotIndex == 0 {
 				return false
 			}
 		}
@@ -276,7 +277,7 @@ func TestCluster_MembershipAddRemoveIncludingLeader(t *testing.T) {
 		}
 	})
 	waitFor(t, func() bool { // joined, and every member's API address recorded
-		st, err := c.Status(ctx, n4.Addr)
+		st, err := admin.New(c, "").Status(ctx, n4.Addr)
 		if err != nil || len(st.Members) != 4 {
 			return false
 		}
@@ -290,7 +291,7 @@ func TestCluster_MembershipAddRemoveIncludingLeader(t *testing.T) {
 
 	// Remove the leader itself; the others elect a new one.
 	old := cl.Leader()
-	if err := c.RemoveMember(ctx, testproc.NodeID(old)); err != nil {
+	if err := admin.New(c, "").RemoveMember(ctx, testproc.NodeID(old)); err != nil {
 		t.Fatalf("remove the leader %s: %v", testproc.NodeID(old), err)
 	}
 	cl.Nodes[old].Kill9()
@@ -321,20 +322,20 @@ func TestCluster_MembershipAddRemoveIncludingLeader(t *testing.T) {
 	if victim == "n4" {
 		n4.Kill9()
 	}
-	if err := c4.RemoveMember(ctx, target); !errors.Is(err, fencelock.ErrPreconditionFailed) {
+	if err := admin.New(c4, "").RemoveMember(ctx, target); !errors.Is(err, fencelock.ErrPreconditionFailed) {
 		t.Errorf("remove %s while %s is down: got %v, want a refusal (ErrPreconditionFailed)", target, victim, err)
 	}
 }
 
-func anyStatusOf(ctx context.Context, c *client.Client, eps []string) (client.NodeStatus, error) {
+func anyStatusOf(ctx context.Context, c *client.Client, eps []string) (admin.NodeStatus, error) {
 	var err error
 	for _, e := range eps {
-		var st client.NodeStatus
-		if st, err = c.Status(ctx, e); err == nil && st.LeaderID != "" {
+		var st admin.NodeStatus
+		if st, err = admin.New(c, "").Status(ctx, e); err == nil && st.LeaderID != "" {
 			return st, nil
 		}
 	}
-	return client.NodeStatus{}, err
+	return admin.NodeStatus{}, err
 }
 
 func TestCluster_TokenSoakWhileLeaderIsKilled(t *testing.T) {

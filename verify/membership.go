@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 )
 
@@ -34,12 +35,13 @@ func membership(ctx context.Context, e *env) {
 	cfg.AttemptTimeout = 2 * time.Second
 	cfg.RetryTimeout = 5 * time.Second
 	cfg.TLS = e.tls.clientTLS()
-	admin, err := client.NewFromConfig(cfg)
+	c, err := client.NewFromConfig(cfg)
 	if err != nil {
 		e.nemesis("membership: no admin client: " + err.Error())
 		return
 	}
-	defer admin.Close()
+	defer c.Close()
+	ac := admin.New(c, "")
 	bg := context.WithoutCancel(ctx)
 	for round := 0; sleep(ctx, e.between(1500*time.Millisecond, 2500*time.Millisecond)); round++ {
 		l, err := e.cl.waitLeader(bg, -1, 15*time.Second)
@@ -50,12 +52,12 @@ func membership(ctx context.Context, e *env) {
 		switch round % 5 {
 		case 0:
 			f := e.follower(l)
-			e.removeAndRejoin(bg, admin, f, "follower")
+			e.removeAndRejoin(bg, ac, f, "follower")
 		case 1:
 			f := e.follower(l)
 			id := e.cl.nodes[f].id
 			tctx, cancel := context.WithTimeout(bg, 5*time.Second)
-			got, err := admin.TransferLeader(tctx, id)
+			got, err := ac.TransferLeader(tctx, id)
 			cancel()
 			e.faults.Add(1)
 			if err != nil {
@@ -64,9 +66,9 @@ func membership(ctx context.Context, e *env) {
 			}
 			e.nemesis(fmt.Sprintf("transfer leadership %s -> %s: new leader %s", e.cl.nodes[l].id, id, got))
 		case 2:
-			e.removeWhileDown(bg, admin, l)
+			e.removeWhileDown(bg, ac, l)
 		case 3:
-			e.removeAndRejoin(bg, admin, l, "leader")
+			e.removeAndRejoin(bg, ac, l, "leader")
 		case 4:
 			i := e.intn(len(e.cl.nodes))
 			nd := e.cl.nodes[i]
@@ -88,7 +90,7 @@ func membership(ctx context.Context, e *env) {
 // a quorum, so the service must refuse; if it does not (an even n), the
 // removal runs to completion like any other. Then it restarts the killed
 // nodes.
-func (e *env) removeWhileDown(ctx context.Context, admin *client.Client, l int) {
+func (e *env) removeWhileDown(ctx context.Context, ac *admin.Client, l int) {
 	n := len(e.cl.nodes)
 	target := e.follower(l)
 	var down []*node
@@ -110,7 +112,7 @@ func (e *env) removeWhileDown(ctx context.Context, admin *client.Client, l int) 
 	if _, err := e.cl.waitLeader(ctx, -1, 15*time.Second); err != nil {
 		e.nemesis("no ready leader with " + strings.Join(ids, ",") + " down: " + err.Error())
 	} else {
-		e.removeAndRejoin(ctx, admin, target, "follower")
+		e.removeAndRejoin(ctx, ac, target, "follower")
 	}
 	for _, nd := range down {
 		if err := nd.start(ctx); err != nil {
@@ -140,11 +142,11 @@ func (e *env) follower(l int) int {
 // removeAndRejoin removes node i from the configuration, kills it, wipes
 // its data dir and starts it again with --join, then waits until it is a
 // voter again.
-func (e *env) removeAndRejoin(ctx context.Context, admin *client.Client, i int, role string) {
+func (e *env) removeAndRejoin(ctx context.Context, ac *admin.Client, i int, role string) {
 	nd := e.cl.nodes[i]
 	e.faults.Add(1)
 	rctx, cancel := context.WithTimeout(ctx, 8*time.Second)
-	err := admin.RemoveMember(rctx, nd.id)
+	err := ac.RemoveMember(rctx, nd.id)
 	cancel()
 	switch {
 	case errors.Is(err, fencelock.ErrPreconditionFailed):
@@ -153,7 +155,7 @@ func (e *env) removeAndRejoin(ctx context.Context, admin *client.Client, i int, 
 		return
 	case err != nil:
 		// Outcome unknown: look at the configuration.
-		if in, ok := e.isMember(ctx, admin, nd.id); !ok || in {
+		if in, ok := e.isMember(ctx, ac, nd.id); !ok || in {
 			e.nemesis(fmt.Sprintf("remove %s %s failed: %v", role, nd.id, err))
 			return
 		}
@@ -184,7 +186,7 @@ func (e *env) removeAndRejoin(ctx context.Context, admin *client.Client, i int, 
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if in, ok := e.isMember(ctx, admin, nd.id); ok && in {
+		if in, ok := e.isMember(ctx, ac, nd.id); ok && in {
 			e.members.Add(1)
 			e.nemesis(fmt.Sprintf("%s re-joined with a wiped data dir (fencelock serve --join)", nd.id))
 			return
@@ -196,18 +198,18 @@ func (e *env) removeAndRejoin(ctx context.Context, admin *client.Client, i int, 
 
 // isMember asks the current leader whether id is a voter; ok is false when
 // no leader answered.
-func (e *env) isMember(ctx context.Context, admin *client.Client, id string) (in, ok bool) {
+func (e *env) isMember(ctx context.Context, ac *admin.Client, id string) (in, ok bool) {
 	l := e.cl.leader()
 	if l < 0 {
 		return false, false
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Second)
-	st, err := admin.Status(sctx, e.cl.nodes[l].addr)
+	st, err := ac.Status(sctx, e.cl.nodes[l].addr)
 	cancel()
 	if err != nil {
 		return false, false
 	}
-	return slices.ContainsFunc(st.Members, func(m client.Member) bool { return m.ID == id && m.Voter }), true
+	return slices.ContainsFunc(st.Members, func(m admin.Member) bool { return m.ID == id && m.Voter }), true
 }
 
 // setJoin makes the node's next start join the cluster through via instead

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 )
 
@@ -605,7 +606,7 @@ func (o *observer) poll(ctx context.Context, e *env) {
 			continue
 		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 300*time.Millisecond)
-		st, err := o.c.Status(sctx, nd.addr)
+		st, err := admin.New(o.c, "").Status(sctx, nd.addr)
 		cancel()
 		if err != nil {
 			continue
@@ -708,7 +709,7 @@ func (o *observer) leaderChanges() int {
 }
 
 // status asks node i for its status.
-func (e *env) status(ctx context.Context, i int) (client.NodeStatus, bool) {
+func (e *env) status(ctx context.Context, i int) (admin.NodeStatus, bool) {
 	e.adminOnce.Do(func() {
 		cfg := client.DefaultConfig(e.cl.endpoints()...)
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -716,11 +717,11 @@ func (e *env) status(ctx context.Context, i int) (client.NodeStatus, bool) {
 		e.admin, _ = client.NewFromConfig(cfg)
 	})
 	if e.admin == nil {
-		return client.NodeStatus{}, false
+		return admin.NodeStatus{}, false
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	st, err := e.admin.Status(sctx, e.cl.nodes[i].addr)
+	st, err := admin.New(e.admin, "").Status(sctx, e.cl.nodes[i].addr)
 	return st, err == nil
 }
 

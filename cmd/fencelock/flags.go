@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/tlsconf"
 )
@@ -78,8 +79,7 @@ func clientFlags(fs *flag.FlagSet) func() (*client.Client, error) {
 		cfg := client.DefaultConfig(eps...)
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		cfg.RetryTimeout = *retry
-		cfg.AdminToken = strings.TrimSpace(os.Getenv("FENCELOCK_ADMIN_TOKEN")) // membership changes
-		cfg.Token = strings.TrimSpace(os.Getenv("FENCELOCK_AUTH_TOKEN"))       // every call, on a cluster with --tokens-file
+		cfg.Token = strings.TrimSpace(os.Getenv("FENCELOCK_AUTH_TOKEN")) // every call, on a cluster with --tokens-file
 		if *cacert != "" || *cert != "" {
 			tc, err := tlsconf.Client(tlsconf.Files{Cert: *cert, Key: *key, CA: *cacert})
 			if err != nil {
@@ -89,6 +89,12 @@ func clientFlags(fs *flag.FlagSet) func() (*client.Client, error) {
 		}
 		return client.NewFromConfig(cfg)
 	}
+}
+
+// adminOf returns the administrative calls of c, with the admin token of
+// FENCELOCK_ADMIN_TOKEN (membership changes, key rotations, backups).
+func adminOf(c *client.Client) *admin.Client {
+	return admin.New(c, strings.TrimSpace(os.Getenv("FENCELOCK_ADMIN_TOKEN")))
 }
 
 // waitFlag is a duration flag that also accepts "forever".

@@ -40,9 +40,9 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	k, err := c.Keys(ctx)
+	k, err := adminOf(c).Keys(ctx)
 	if rotate {
-		k, err = c.RotateKey(ctx)
+		k, err = adminOf(c).RotateKey(ctx)
 	}
 	if err != nil {
 		return err

@@ -57,7 +57,7 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if len(rest) != 3 {
 			return usageErr("members add ID RAFT-ADDR API-ADDR (the leader asks the new node's status at API-ADDR before it counts it as a voter)")
 		}
-		if err := c.AddMember(ctx, rest[0], rest[1], rest[2]); err != nil {
+		if err := adminOf(c).AddMember(ctx, rest[0], rest[1], rest[2]); err != nil {
 			return err
 		}
 		return say(stdout, *asJSON, map[string]any{"added": rest[0], "raft_addr": rest[1], "api_addr": rest[2]},
@@ -66,7 +66,7 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if len(rest) != 1 {
 			return usageErr("members remove ID")
 		}
-		if err := c.RemoveMember(ctx, rest[0]); err != nil {
+		if err := adminOf(c).RemoveMember(ctx, rest[0]); err != nil {
 			return err
 		}
 		return say(stdout, *asJSON, map[string]any{"removed": rest[0]}, "removed %s", rest[0])
@@ -77,7 +77,7 @@ func runMembers(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		} else if len(rest) > 1 {
 			return usageErr("members transfer-leader [ID]")
 		}
-		leader, err := c.TransferLeader(ctx, id)
+		leader, err := adminOf(c).TransferLeader(ctx, id)
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/server"
 )
@@ -222,7 +223,6 @@ func parsePairs(s, flagName string) ([][2]string, error) {
 // this node as a voter, retrying until it succeeds or ctx ends.
 func joinCluster(ctx context.Context, via string, cfg server.Config) error {
 	ccfg := client.DefaultConfig(strings.Split(via, ",")...)
-	ccfg.AdminToken = cfg.AdminToken
 	ccfg.Logger = cfg.Logger
 	ccfg.TLS = cfg.APITLS
 	c, err := client.NewFromConfig(ccfg)
@@ -232,7 +232,7 @@ func joinCluster(ctx context.Context, via string, cfg server.Config) error {
 	defer c.Close()
 	for {
 		actx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		err := c.AddMember(actx, cfg.NodeID, cfg.RaftAddr, cfg.APIAddr)
+		err := admin.New(c, cfg.AdminToken).AddMember(actx, cfg.NodeID, cfg.RaftAddr, cfg.APIAddr)
 		cancel()
 		if err == nil {
 			return nil

@@ -73,7 +73,7 @@ func runSnapshotSave(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	if err := c.Backup(ctx, &buf, progress); err != nil {
+	if err := adminOf(c).Backup(ctx, &buf, progress); err != nil {
 		return err
 	}
 	if isTerminal(stderr) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/fence"
 	"github.com/fencelock/fencelock/internal/testproc"
@@ -134,7 +135,7 @@ func checkNewEra(t *testing.T, addrs []string, res *fence.MemoryResource, t2 fen
 	if _, err := res.Put(ctx, "reports", t2, "report.pdf", []byte("T2 again")); !errors.Is(err, fencelock.ErrStaleToken) {
 		t.Fatalf("T2 after the new token: %v, want stale", err)
 	}
-	keys, err := c.Keys(ctx)
+	keys, err := admin.New(c, "").Keys(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestKeys_rotateInTwoSteps(t *testing.T) {
 	roles := func(args ...string) map[string]string {
 		t.Helper()
 		out, code := testproc.Run(ctx, t, nil, append([]string{"keys", "--json", "--server", s.Addr}, args...)...)
-		var k client.Keys
+		var k admin.Keys
 		if code != 0 || json.Unmarshal([]byte(out), &k) != nil || k.ClusterID == "" {
 			t.Fatalf("keys %v exited %d: %s", args, code, out)
 		}

@@ -10,20 +10,21 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 )
 
 // anyStatus returns the status of the first endpoint that answers.
-func anyStatus(ctx context.Context, c *client.Client) (client.NodeStatus, error) {
+func anyStatus(ctx context.Context, c *client.Client) (admin.NodeStatus, error) {
 	var errs []error
 	for _, ep := range c.Endpoints() {
-		st, err := c.Status(ctx, ep)
+		st, err := adminOf(c).Status(ctx, ep)
 		if err == nil {
 			return st, nil
 		}
 		errs = append(errs, err)
 	}
-	return client.NodeStatus{}, errors.Join(errs...)
+	return admin.NodeStatus{}, errors.Join(errs...)
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -59,7 +60,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			v.Error = "API address not recorded yet"
 		} else {
 			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-			st, err := c.Status(pctx, m.APIAddr)
+			st, err := adminOf(c).Status(pctx, m.APIAddr)
 			pcancel()
 			if err != nil {
 				v.Error = err.Error()
@@ -125,7 +126,7 @@ func degraded(nodes []nodeView) error {
 
 // nodeView is one member as status shows it: its own status, or why not.
 type nodeView struct {
-	client.Member
+	admin.Member
 	Status *nodeStatusJSON `json:"status,omitempty"`
 	Error  string          `json:"error,omitempty"`
 }
@@ -133,7 +134,7 @@ type nodeView struct {
 // nodeStatusJSON is a node's status with its last contact as a duration
 // string, as every command prints durations.
 type nodeStatusJSON struct {
-	client.NodeStatus
+	admin.NodeStatus
 	LastContact string `json:"last_contact"`
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/internal/tlsconf"
@@ -44,7 +45,7 @@ func injectTerm(t *testing.T, c *testproc.Cluster) (sent, after uint64, err erro
 		t.Fatal(cerr)
 	}
 	defer cl.Close()
-	st, serr := cl.Status(t.Context(), c.Nodes[f].Addr)
+	st, serr := admin.New(cl, "").Status(t.Context(), c.Nodes[f].Addr)
 	if serr != nil {
 		t.Fatal(serr)
 	}
@@ -59,7 +60,7 @@ func injectTerm(t *testing.T, c *testproc.Cluster) (sent, after uint64, err erro
 	var resp raft.AppendEntriesResponse
 	err = trans.AppendEntries("intruder", raft.ServerAddress(c.Nodes[f].RaftAddr), req, &resp)
 	time.Sleep(200 * time.Millisecond)
-	st, serr = cl.Status(t.Context(), c.Nodes[f].Addr)
+	st, serr = admin.New(cl, "").Status(t.Context(), c.Nodes[f].Addr)
 	if serr != nil {
 		t.Fatal(serr)
 	}

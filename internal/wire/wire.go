@@ -6,6 +6,7 @@ package wire
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 
@@ -168,6 +169,48 @@ func FromConnect(err error) error {
 		return &remoteError{msg: ce.Message(), sentinel: context.Canceled}
 	}
 	return err
+}
+
+// ErrNoAnswer: the node did not answer (network error, broken connection).
+var ErrNoAnswer = errors.New("no answer")
+
+// FromCall converts the error of a client's call into fencelock's errors
+// (FromConnect), and one the node never answered (a broken connection, a
+// dial that failed: not a node's own error, which carries a detail) into
+// one wrapping ErrNoAnswer and fencelock.ErrUnavailable.
+func FromCall(err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) && len(ce.Details()) == 0 && isTransportFailure(ce) {
+		return NoAnswer(FromConnect(err))
+	}
+	if !errors.As(err, &ce) && isNetErr(err) {
+		return NoAnswer(err)
+	}
+	return FromConnect(err)
+}
+
+// isTransportFailure reports whether ce was made by the client's side of
+// the connection, not sent by a node.
+func isTransportFailure(ce *connect.Error) bool {
+	return ce.Code() == connect.CodeUnavailable || ce.Code() == connect.CodeUnknown && isNetErr(ce)
+}
+
+func isNetErr(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	return errors.As(err, &ne) || errors.As(err, &oe)
+}
+
+// NoAnswer returns err as an error of a node that did not answer: it wraps
+// err, ErrNoAnswer and fencelock.ErrUnavailable.
+func NoAnswer(err error) error { return &noAnswerError{err: err} }
+
+// noAnswerError wraps ErrNoAnswer and fencelock.ErrUnavailable.
+type noAnswerError struct{ err error }
+
+func (e *noAnswerError) Error() string { return "no answer: " + e.err.Error() }
+func (e *noAnswerError) Unwrap() []error {
+	return []error{ErrNoAnswer, fencelock.ErrUnavailable, e.err}
 }
 
 // remoteError is an error that crossed the wire: the server's message, and
