@@ -149,7 +149,17 @@ func cpu(c float64) string {
 // and the full detail per cell.
 func (rp *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
-	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	rp.writeHeader(&b)
+	rp.writeSummary(&b)
+	rp.writeDetail(&b)
+	rp.writeRenewals(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeHeader writes the run and the machine.
+func (rp *Report) writeHeader(b *strings.Builder) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	m := rp.Machine
 	p("# fencelock benchmark: acquire+release against its peers\n\n")
 	p("- command: `%s`\n", rp.Command)
@@ -165,6 +175,12 @@ func (rp *Report) WriteMarkdown(w io.Writer) error {
 	for _, n := range rp.Notes {
 		p("- %s\n", n)
 	}
+}
+
+// writeSummary writes the pairs/s table with the ratio of the first target
+// to each other one.
+func (rp *Report) writeSummary(b *strings.Builder) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	first := rp.Targets[0]
 	p("\n## Pairs/s and the ratio %s / peer\n\n", first)
 	p("| cell | %s |", first)
@@ -197,6 +213,11 @@ func (rp *Report) WriteMarkdown(w io.Writer) error {
 		}
 		p("\n")
 	}
+}
+
+// writeDetail writes every figure of every cell and system.
+func (rp *Report) writeDetail(b *strings.Builder) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
 	p("\n## Detail\n\n")
 	p("Acquire latency is from the call to the grant, so in one-lock cells it includes the wait in line. ")
 	p("Fairness is max/min grants per client (one-lock cells). Tokens: every grant's token was above the previous grant's on the same lock, and no grant overlapped another. ")
@@ -226,22 +247,26 @@ func (rp *Report) WriteMarkdown(w io.Writer) error {
 				fairness(r), tokens(r), errs, cpu(r.GenCPU), cpu(r.ServerCPU), syncsPerPair(r))
 		}
 	}
-	if len(rp.Holds) > 0 {
-		h0 := rp.Holds[0]
-		p("\n## Renewals: %d held locks, TTL %v\n\n", h0.Locks, h0.TTL)
-		p("Each system holds %d locks at once, one client session (lease) per lock, all through one client connection object; ", h0.Locks)
-		p("the clients renew on their own schedule (about TTL/3). Renewals are the service's own count (its metrics), in a window of %v after every lock is held.\n\n", h0.Elapsed.Round(time.Second))
-		p("| system | renewals/s | server CPU (cores) | server CPU per renewal | gen CPU |\n|---|---:|---:|---:|---:|\n")
-		for _, h := range rp.Holds {
-			per := "?"
-			if d := h.CPUPerRenewal(); d > 0 {
-				per = fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
-			}
-			p("| %s | %.0f | %s | %s | %s |\n", h.Target, h.RenewalsPerSec(), cpu(h.ServerCPU), per, cpu(h.GenCPU))
-		}
+}
+
+// writeRenewals writes the renewal cell, if it ran.
+func (rp *Report) writeRenewals(b *strings.Builder) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	if len(rp.Holds) == 0 {
+		return
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+	h0 := rp.Holds[0]
+	p("\n## Renewals: %d held locks, TTL %v\n\n", h0.Locks, h0.TTL)
+	p("Each system holds %d locks at once, one client session (lease) per lock, all through one client connection object; ", h0.Locks)
+	p("the clients renew on their own schedule (about TTL/3). Renewals are the service's own count (its metrics), in a window of %v after every lock is held.\n\n", h0.Elapsed.Round(time.Second))
+	p("| system | renewals/s | server CPU (cores) | server CPU per renewal | gen CPU |\n|---|---:|---:|---:|---:|\n")
+	for _, h := range rp.Holds {
+		per := "?"
+		if d := h.CPUPerRenewal(); d > 0 {
+			per = fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
+		}
+		p("| %s | %.0f | %s | %s | %s |\n", h.Target, h.RenewalsPerSec(), cpu(h.ServerCPU), per, cpu(h.GenCPU))
+	}
 }
 
 // WriteFile writes the markdown report to path.

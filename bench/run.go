@@ -139,36 +139,25 @@ func (l *lockLog) exit() { l.holders.Add(-1) }
 // if unknown.
 func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix string, serverPIDs ...int) (Result, error) {
 	res := Result{Target: t.Name(), Cell: cell, ServerCPU: -1, Syncs: -1}
-	lockers := make([]Locker, cell.Clients)
+	workers := make([]*cellWorker, cell.Clients)
 	defer func() {
-		for _, l := range lockers {
-			if l != nil {
-				l.Close()
+		for _, w := range workers {
+			if w != nil {
+				w.l.Close()
 			}
 		}
 	}()
-	for i := range lockers {
+	shared := &lockLog{}
+	for i := range workers {
 		l, err := t.NewLocker(ctx, i)
 		if err != nil {
 			return res, err
 		}
-		lockers[i] = l
-	}
-	logs := make([]*lockLog, cell.Clients)
-	names := make([]string, cell.Clients)
-	shared := &lockLog{}
-	for i := range logs {
+		workers[i] = &cellWorker{l: l, log: &lockLog{}, name: prefix + "/" + strconv.Itoa(i)}
 		if cell.OneLock {
-			logs[i], names[i] = shared, prefix+"/one"
-		} else {
-			logs[i], names[i] = &lockLog{}, prefix+"/"+strconv.Itoa(i)
+			workers[i].log, workers[i].name = shared, prefix+"/one"
 		}
 	}
-
-	lat := make([][]time.Duration, cell.Clients)
-	grants := make([]int, cell.Clients)
-	errs := make([]int, cell.Clients)
-	firstErr := make([]error, cell.Clients)
 
 	syncs0 := countSyncs(ctx, t)
 	cpu0, srv0 := selfCPU(), procsCPU(serverPIDs)
@@ -177,45 +166,8 @@ func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix s
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	var wg sync.WaitGroup
-	for w := range cell.Clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l, log := lockers[w], logs[w]
-			fail := func(err error) {
-				errs[w]++
-				if firstErr[w] == nil {
-					firstErr[w] = err
-				}
-				time.Sleep(10 * time.Millisecond) // no hot loop on a failing service
-			}
-			for time.Now().Before(deadline) {
-				t0 := time.Now()
-				tok, err := l.Acquire(actx, names[w])
-				if err != nil {
-					if actx.Err() != nil || !time.Now().Before(deadline) {
-						// The cell is over; a cancelled wait is not an error,
-						// nor a wait that ran out with the cell (a client may
-						// bound its wait by the context's deadline and answer
-						// "held" a moment before the context says it is done).
-						return
-					}
-					fail(fmt.Errorf("acquire: %w", err))
-					continue
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-				log.enter(tok)
-				log.exit()
-				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-				err = l.Release(rctx)
-				rcancel()
-				if err != nil {
-					fail(fmt.Errorf("release: %w", err))
-					continue
-				}
-				grants[w]++
-			}
-		}()
+	for _, w := range workers {
+		wg.Go(func() { w.loop(ctx, actx, deadline) })
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
@@ -230,35 +182,86 @@ func RunCell(ctx context.Context, t Target, cell Cell, d time.Duration, prefix s
 			res.Syncs = syncs1 - syncs0
 		}
 	}
+	res.add(workers)
+	return res, nil
+}
 
+// cellWorker is one client of a cell and what it saw.
+type cellWorker struct {
+	l        Locker
+	log      *lockLog
+	name     string // the lock it takes
+	lat      []time.Duration
+	grants   int
+	errs     int
+	firstErr error
+}
+
+// loop acquires and releases w's lock until deadline (actx ends then).
+func (w *cellWorker) loop(ctx, actx context.Context, deadline time.Time) {
+	fail := func(err error) {
+		w.errs++
+		if w.firstErr == nil {
+			w.firstErr = err
+		}
+		time.Sleep(10 * time.Millisecond) // no hot loop on a failing service
+	}
+	for time.Now().Before(deadline) {
+		t0 := time.Now()
+		tok, err := w.l.Acquire(actx, w.name)
+		if err != nil {
+			if actx.Err() != nil || !time.Now().Before(deadline) {
+				// The cell is over; a cancelled wait is not an error,
+				// nor a wait that ran out with the cell (a client may
+				// bound its wait by the context's deadline and answer
+				// "held" a moment before the context says it is done).
+				return
+			}
+			fail(fmt.Errorf("acquire: %w", err))
+			continue
+		}
+		w.lat = append(w.lat, time.Since(t0))
+		w.log.enter(tok)
+		w.log.exit()
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err = w.l.Release(rctx)
+		rcancel()
+		if err != nil {
+			fail(fmt.Errorf("release: %w", err))
+			continue
+		}
+		w.grants++
+	}
+}
+
+// add sums the workers' figures into res: pairs, errors, grants per
+// client, latency percentiles, token violations and overlaps.
+func (res *Result) add(workers []*cellWorker) {
 	var all []time.Duration
 	res.MinGrants = -1
-	for w := range cell.Clients {
-		all = append(all, lat[w]...)
-		res.Pairs += grants[w]
-		res.Errors += errs[w]
+	seen := map[*lockLog]bool{}
+	for _, w := range workers {
+		all = append(all, w.lat...)
+		res.Pairs += w.grants
+		res.Errors += w.errs
 		if res.FirstErr == nil {
-			res.FirstErr = firstErr[w]
+			res.FirstErr = w.firstErr
 		}
-		if res.MinGrants < 0 || grants[w] < res.MinGrants {
-			res.MinGrants = grants[w]
+		if res.MinGrants < 0 || w.grants < res.MinGrants {
+			res.MinGrants = w.grants
 		}
-		res.MaxGrants = max(res.MaxGrants, grants[w])
+		res.MaxGrants = max(res.MaxGrants, w.grants)
+		if !seen[w.log] {
+			seen[w.log] = true
+			res.TokenViolations += w.log.violations
+			res.Overlaps += w.log.overlaps
+		}
 	}
 	slices.Sort(all)
 	if len(all) > 0 {
 		res.P50 = all[len(all)/2]
 		res.P99 = all[min(len(all)-1, len(all)*99/100)]
 	}
-	seen := map[*lockLog]bool{}
-	for _, l := range logs {
-		if !seen[l] {
-			seen[l] = true
-			res.TokenViolations += l.violations
-			res.Overlaps += l.overlaps
-		}
-	}
-	return res, nil
 }
 
 func selfCPU() time.Duration {

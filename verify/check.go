@@ -118,78 +118,14 @@ func etagSeq(etag string) int64 {
 // The final object comes from the history's FFinal events.
 func CheckStore(ops []Op) Check {
 	c := Check{Name: "store", Valid: true}
-	final := map[string][]string{}
-	haveFinal := map[string]bool{}
-	for _, op := range ops {
-		if op.F == FFinal && op.Type == OK {
-			final[op.Lock] = op.Value
-			haveFinal[op.Lock] = true
-		}
-	}
-	writes := map[string][]write{}
-	fences := map[string][]write{}
-	failed := map[string]map[string]int{}   // lock -> elem -> event index
-	unknown := map[string]map[string]bool{} // lock -> elem
-	for _, p := range Pairs(ops) {
-		lock := p.Invoke.Lock
-		switch {
-		case p.Invoke.F == FFence && p.Result() == OK:
-			fences[lock] = append(fences[lock], write{token: p.Invoke.Token, start: p.Invoke.Time, end: p.Complete.Time, index: p.Complete.Index})
-		case p.Invoke.F == FWrite && p.Result() == OK:
-			writes[lock] = append(writes[lock], write{token: p.Invoke.Token, elem: p.Invoke.Elem, seq: etagSeq(p.Complete.ETag),
-				start: p.Invoke.Time, end: p.Complete.Time, index: p.Complete.Index})
-			c.Checked++
-		case p.Invoke.F == FWrite && p.Result() == Fail:
-			if failed[lock] == nil {
-				failed[lock] = map[string]int{}
-			}
-			failed[lock][p.Invoke.Elem] = p.Invoke.Index
-			c.Checked++
-		case p.Invoke.F == FWrite:
-			if unknown[lock] == nil {
-				unknown[lock] = map[string]bool{}
-			}
-			unknown[lock][p.Invoke.Elem] = true
-			c.Checked++
-		}
-	}
-	for lock, ws := range writes {
-		// The store's version order.
-		sort.Slice(ws, func(i, j int) bool { return ws[i].seq < ws[j].seq })
-		var prev *write
-		for i := range ws {
-			w := &ws[i]
-			if w.seq < 0 {
-				continue
-			}
-			if prev != nil && w.token < prev.token {
-				c.problem("domain %s: stale write accepted: token %d (event %d) accepted after token %d (event %d)",
-					lock, w.token, w.index, prev.token, prev.index)
-			}
-			prev = w
-		}
-		// Real time: nothing higher finished before an accepted write began.
-		others := append(append([]write(nil), ws...), fences[lock]...)
-		for _, w := range ws {
-			var top *write
-			for i := range others {
-				if o := &others[i]; o.end < w.start && o.token > w.token && (top == nil || o.token > top.token) {
-					top = o
-				}
-			}
-			if top != nil {
-				c.problem("domain %s: stale write accepted: token %d (event %d) began at %v, after token %d had been accepted (event %d, at %v)",
-					lock, w.token, w.index, w.start, top.token, top.index, top.end)
-			}
-		}
-		if !haveFinal[lock] {
+	h := collectStore(ops, &c)
+	for lock, ws := range h.writes {
+		checkStoreOrder(&c, lock, ws, h.fences[lock])
+		if !h.haveFinal[lock] {
 			c.problem("domain %s: no final read, cannot check the appends", lock)
 			continue
 		}
-		count := map[string]int{}
-		for _, e := range final[lock] {
-			count[e]++
-		}
+		count := countIn(h.final[lock])
 		for _, w := range ws {
 			switch n := count[w.elem]; {
 			case n == 0:
@@ -199,30 +135,103 @@ func CheckStore(ops []Op) Check {
 				c.problem("domain %s: append %q (event %d) is in the final object %d times", lock, w.elem, w.index, n)
 			}
 		}
-		for e, idx := range failed[lock] {
-			if count[e] > 0 {
-				c.problem("domain %s: refused write (event %d) changed the object: its append %q is in the final object", lock, idx, e)
-			}
-		}
-		for e := range unknown[lock] {
+		for e := range h.unknown[lock] {
 			if count[e] > 1 {
 				c.problem("domain %s: append %q (outcome unknown) is in the final object %d times", lock, e, count[e])
 			}
 		}
 	}
-	for lock, idx := range failed {
-		if _, ok := writes[lock]; ok {
+	for lock, idx := range h.failed {
+		if !h.haveFinal[lock] {
 			continue
 		}
-		if count := countIn(final[lock]); haveFinal[lock] {
-			for e, i := range idx {
-				if count[e] > 0 {
-					c.problem("domain %s: refused write (event %d) changed the object: its append %q is in the final object", lock, i, e)
-				}
+		count := countIn(h.final[lock])
+		for e, i := range idx {
+			if count[e] > 0 {
+				c.problem("domain %s: refused write (event %d) changed the object: its append %q is in the final object", lock, i, e)
 			}
 		}
 	}
 	return c
+}
+
+// storeHistory is a history's store events, by lock.
+type storeHistory struct {
+	final     map[string][]string
+	haveFinal map[string]bool
+	writes    map[string][]write
+	fences    map[string][]write
+	failed    map[string]map[string]int  // lock -> elem -> event index
+	unknown   map[string]map[string]bool // lock -> elem
+}
+
+// collectStore sorts the store events of ops by lock, counting the writes
+// into c.Checked.
+func collectStore(ops []Op, c *Check) storeHistory {
+	h := storeHistory{final: map[string][]string{}, haveFinal: map[string]bool{}, writes: map[string][]write{},
+		fences: map[string][]write{}, failed: map[string]map[string]int{}, unknown: map[string]map[string]bool{}}
+	for _, op := range ops {
+		if op.F == FFinal && op.Type == OK {
+			h.final[op.Lock] = op.Value
+			h.haveFinal[op.Lock] = true
+		}
+	}
+	for _, p := range Pairs(ops) {
+		lock := p.Invoke.Lock
+		switch {
+		case p.Invoke.F == FFence && p.Result() == OK:
+			h.fences[lock] = append(h.fences[lock], write{token: p.Invoke.Token, start: p.Invoke.Time, end: p.Complete.Time, index: p.Complete.Index})
+		case p.Invoke.F == FWrite && p.Result() == OK:
+			h.writes[lock] = append(h.writes[lock], write{token: p.Invoke.Token, elem: p.Invoke.Elem, seq: etagSeq(p.Complete.ETag),
+				start: p.Invoke.Time, end: p.Complete.Time, index: p.Complete.Index})
+			c.Checked++
+		case p.Invoke.F == FWrite && p.Result() == Fail:
+			if h.failed[lock] == nil {
+				h.failed[lock] = map[string]int{}
+			}
+			h.failed[lock][p.Invoke.Elem] = p.Invoke.Index
+			c.Checked++
+		case p.Invoke.F == FWrite:
+			if h.unknown[lock] == nil {
+				h.unknown[lock] = map[string]bool{}
+			}
+			h.unknown[lock][p.Invoke.Elem] = true
+			c.Checked++
+		}
+	}
+	return h
+}
+
+// checkStoreOrder checks one domain's accepted writes ws (sorting them):
+// tokens never decrease in the store's version order, and nothing with a
+// higher token (a write or a fence raise) finished before one began.
+func checkStoreOrder(c *Check, lock string, ws, fences []write) {
+	sort.Slice(ws, func(i, j int) bool { return ws[i].seq < ws[j].seq })
+	var prev *write
+	for i := range ws {
+		w := &ws[i]
+		if w.seq < 0 {
+			continue
+		}
+		if prev != nil && w.token < prev.token {
+			c.problem("domain %s: stale write accepted: token %d (event %d) accepted after token %d (event %d)",
+				lock, w.token, w.index, prev.token, prev.index)
+		}
+		prev = w
+	}
+	others := append(append([]write(nil), ws...), fences...)
+	for _, w := range ws {
+		var top *write
+		for i := range others {
+			if o := &others[i]; o.end < w.start && o.token > w.token && (top == nil || o.token > top.token) {
+				top = o
+			}
+		}
+		if top != nil {
+			c.problem("domain %s: stale write accepted: token %d (event %d) began at %v, after token %d had been accepted (event %d, at %v)",
+				lock, w.token, w.index, w.start, top.token, top.index, top.end)
+		}
+	}
 }
 
 func countIn(list []string) map[string]int {

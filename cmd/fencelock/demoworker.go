@@ -83,36 +83,13 @@ func runDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 	emit(demoEvent{Kind: "acquired", Token: uint64(tok), Detail: "lease " + ttl.String()})
 
 	// The worker's own view: it believes it holds the lock from here on.
+	rw := reportWriter{st: st, lock: lock, key: *lockName, name: *name, parts: *parts, emit: emit}
 	wctx := context.WithoutCancel(ctx)
 	stdin := bufio.NewReader(os.Stdin)
 	for part := 1; part <= *parts; part++ {
-		line := fmt.Sprintf("section %d/%d written by worker %s (token %d)\n", part, *parts, *name, tok)
-		var body string
-		if part > 1 {
-			old, _, err := st.Get(wctx, *lockName)
-			if err != nil && !errors.Is(err, fencelock.ErrNotFound) {
-				return err
-			}
-			body = string(old)
-		}
-		_, err := st.Put(wctx, *lockName, tok, *lockName, []byte(body+line))
-		var stale *fencelock.StaleTokenError
-		switch {
-		case errors.As(err, &stale):
-			emit(demoEvent{Kind: "rejected", Token: uint64(tok), Part: part, Parts: *parts, Status: 409,
-				Highest: uint64(stale.Highest), Line: line})
-			leaseDone := lock.Err() != nil
-			detail := "lease context still live"
-			if leaseDone {
-				detail = "lease context done: " + lock.Err().Error()
-			}
-			emit(demoEvent{Kind: "stopping", Token: uint64(tok), Detail: detail})
-			_ = lock.Release(wctx)
-			return nil
-		case err != nil:
+		if stop, err := rw.write(wctx, part); stop || err != nil {
 			return err
 		}
-		emit(demoEvent{Kind: "wrote", Token: uint64(tok), Part: part, Parts: *parts, Status: 200, Line: line})
 		if part == *gate {
 			emit(demoEvent{Kind: "gate", Token: uint64(tok), Part: part})
 			if _, err := stdin.ReadString('\n'); err != nil {
@@ -127,6 +104,49 @@ func runDemoWorker(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	emit(demoEvent{Kind: "released", Token: uint64(tok)})
 	return nil
+}
+
+// reportWriter writes a demo worker's report, one section at a time, with
+// its lock's token.
+type reportWriter struct {
+	st        fence.Resource
+	lock      *client.Lock
+	key, name string
+	parts     int
+	emit      func(demoEvent)
+}
+
+// write appends section part to the report. On a stale-token refusal it
+// releases the lock and reports stop: the worker is done.
+func (rw reportWriter) write(ctx context.Context, part int) (stop bool, err error) {
+	tok := rw.lock.Token()
+	line := fmt.Sprintf("section %d/%d written by worker %s (token %d)\n", part, rw.parts, rw.name, tok)
+	var body string
+	if part > 1 {
+		old, _, err := rw.st.Get(ctx, rw.key)
+		if err != nil && !errors.Is(err, fencelock.ErrNotFound) {
+			return false, err
+		}
+		body = string(old)
+	}
+	_, err = rw.st.Put(ctx, rw.key, tok, rw.key, []byte(body+line))
+	var stale *fencelock.StaleTokenError
+	switch {
+	case errors.As(err, &stale):
+		rw.emit(demoEvent{Kind: "rejected", Token: uint64(tok), Part: part, Parts: rw.parts, Status: 409,
+			Highest: uint64(stale.Highest), Line: line})
+		detail := "lease context still live"
+		if rw.lock.Err() != nil {
+			detail = "lease context done: " + rw.lock.Err().Error()
+		}
+		rw.emit(demoEvent{Kind: "stopping", Token: uint64(tok), Detail: detail})
+		_ = rw.lock.Release(ctx)
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	rw.emit(demoEvent{Kind: "wrote", Token: uint64(tok), Part: part, Parts: rw.parts, Status: 200, Line: line})
+	return false, nil
 }
 
 // openReport opens where the report goes: the S3 bucket if s3URL is set,

@@ -23,25 +23,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, s := range verify.Scenarios() {
 		names = append(names, s.Number+"="+s.Name)
 	}
-	fs := newFlags("verify", "verify [flags]\n\n"+
-		"Proves the fencing claim under faults, Jepsen-style: starts real lock\n"+
-		"service nodes, the fenced store and client processes on 127.0.0.1, runs a\n"+
-		"lock-set workload (acquire, fence, read, append with the token, release)\n"+
-		"while a nemesis kills, partitions and freezes processes, records the\n"+
-		"history and checks it (token order, porcupine linearizability, no lost or\n"+
-		"stale write at the store, the faults really bit). The negative control\n"+
-		"turns fencing off and must be caught. Exit status 1 if any scenario fails.\n"+
-		"With --servers it verifies your own running cluster instead: the workload\n"+
-		"and the client-side faults (scenario 4, and the negative control unless\n"+
-		"--store is given) run against it; scenarios that kill, partition or pause\n"+
-		"servers run only with --nemesis-exec, a program of yours that does that to\n"+
-		"your servers (run as: PROGRAM kill|start|pause|resume|isolate|heal INDEX\n"+
-		"API-ADDR; exit status 3 = not supported), and are skipped with a note\n"+
-		"otherwise. Use a cluster you can spare: the workload creates locks and\n"+
-		"objects named verify-<seed>-*.\n"+
-		"With --resource the workload writes to PostgreSQL, Redis or an S3 bucket,\n"+
-		"fenced by the postgres, redis and s3 packages, instead of the object store.\n"+
-		"Scenarios: "+strings.Join(names, ", ")+".", stderr)
+	fs := newFlags("verify", verifyHelp(names), stderr)
 	def := verify.DefaultConfig()
 	cfg := def
 	fs.DurationVar(&cfg.Duration, "duration", def.Duration, "workload time per scenario (the default is the short CI mode; soak with e.g. 5m)")
@@ -68,32 +50,13 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkVerifyTargets(&cfg, *servers); err != nil {
 		return err
 	}
-	var which []string
-	if *scen != "all" && *scen != "" {
-		for _, n := range strings.Split(*scen, ",") {
-			n = strings.TrimSpace(n)
-			if _, ok := verify.Lookup(n); !ok {
-				return usageErr("verify: unknown scenario %q: want one of %s, or all", n, strings.Join(names, ", "))
-			}
-			which = append(which, n)
-		}
-	}
-	bin, err := os.Executable()
+	which, err := pickScenarios(*scen, names)
 	if err != nil {
-		return fmt.Errorf("verify: find own executable: %w", err)
+		return err
 	}
-	cfg.Binary = bin
-	if *out == "" {
-		if *out, err = os.MkdirTemp("", "fencelock-verify-"); err != nil {
-			return err
-		}
+	if err := prepareVerify(&cfg, *out, stderr); err != nil {
+		return err
 	}
-	cfg.OutDir, _ = filepath.Abs(*out)
-	if cfg.Seed == 0 {
-		cfg.Seed = uint64(time.Now().UnixNano() % 1e9)
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	fmt.Fprintf(stderr, "fencelock verify: seed %d, %v per scenario, output in %s\n", cfg.Seed, cfg.Duration, cfg.OutDir)
 	printVerifyTarget(stderr, cfg)
 	if err := cfg.Validate(); err != nil {
 		return usageErr("%v", err)
@@ -110,6 +73,68 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return exitError{1}
 		}
 	}
+	return nil
+}
+
+// verifyHelp is the help of "fencelock verify"; names are the scenarios.
+func verifyHelp(names []string) string {
+	return "verify [flags]\n\n" +
+		"Proves the fencing claim under faults, Jepsen-style: starts real lock\n" +
+		"service nodes, the fenced store and client processes on 127.0.0.1, runs a\n" +
+		"lock-set workload (acquire, fence, read, append with the token, release)\n" +
+		"while a nemesis kills, partitions and freezes processes, records the\n" +
+		"history and checks it (token order, porcupine linearizability, no lost or\n" +
+		"stale write at the store, the faults really bit). The negative control\n" +
+		"turns fencing off and must be caught. Exit status 1 if any scenario fails.\n" +
+		"With --servers it verifies your own running cluster instead: the workload\n" +
+		"and the client-side faults (scenario 4, and the negative control unless\n" +
+		"--store is given) run against it; scenarios that kill, partition or pause\n" +
+		"servers run only with --nemesis-exec, a program of yours that does that to\n" +
+		"your servers (run as: PROGRAM kill|start|pause|resume|isolate|heal INDEX\n" +
+		"API-ADDR; exit status 3 = not supported), and are skipped with a note\n" +
+		"otherwise. Use a cluster you can spare: the workload creates locks and\n" +
+		"objects named verify-<seed>-*.\n" +
+		"With --resource the workload writes to PostgreSQL, Redis or an S3 bucket,\n" +
+		"fenced by the postgres, redis and s3 packages, instead of the object store.\n" +
+		"Scenarios: " + strings.Join(names, ", ") + "."
+}
+
+// pickScenarios returns the scenarios --scenario names (none: all).
+func pickScenarios(scen string, names []string) ([]string, error) {
+	var which []string
+	if scen == "all" || scen == "" {
+		return nil, nil
+	}
+	for _, n := range strings.Split(scen, ",") {
+		n = strings.TrimSpace(n)
+		if _, ok := verify.Lookup(n); !ok {
+			return nil, usageErr("verify: unknown scenario %q: want one of %s, or all", n, strings.Join(names, ", "))
+		}
+		which = append(which, n)
+	}
+	return which, nil
+}
+
+// prepareVerify fills in what the flags leave to the run: the binary the
+// harness starts (this one), the output directory (out, or a new one), a
+// seed from the clock, and the logger; it prints the seed.
+func prepareVerify(cfg *verify.Config, out string, stderr io.Writer) error {
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("verify: find own executable: %w", err)
+	}
+	cfg.Binary = bin
+	if out == "" {
+		if out, err = os.MkdirTemp("", "fencelock-verify-"); err != nil {
+			return err
+		}
+	}
+	cfg.OutDir, _ = filepath.Abs(out)
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano() % 1e9)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	fmt.Fprintf(stderr, "fencelock verify: seed %d, %v per scenario, output in %s\n", cfg.Seed, cfg.Duration, cfg.OutDir)
 	return nil
 }
 

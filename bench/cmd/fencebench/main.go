@@ -149,8 +149,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	logf := func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }
-
+	br := &benchRun{o: o, logf: func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) },
+		serverPID: map[string][]int{}, sysAddr: map[string]string{}, sysTLS: map[string]*tls.Config{},
+		runID: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	pids := map[string][]int{}
 	if o.peersDir != "" {
 		addrs, p, err := readPeers(o.peersDir)
@@ -158,9 +159,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 		pids = p
-		o.etcdAddr = cmp(o.etcdAddr, addrs["ETCD_ADDR"])
-		o.redisAOFAddr = cmp(o.redisAOFAddr, addrs["REDIS_AOF_ADDR"])
-		o.redisNoPAddr = cmp(o.redisNoPAddr, addrs["REDIS_NOPERSIST_ADDR"])
+		br.o.etcdAddr = cmp(o.etcdAddr, addrs["ETCD_ADDR"])
+		br.o.redisAOFAddr = cmp(o.redisAOFAddr, addrs["REDIS_AOF_ADDR"])
+		br.o.redisNoPAddr = cmp(o.redisNoPAddr, addrs["REDIS_NOPERSIST_ADDR"])
 	}
 	workDir := o.workDir
 	if workDir == "" {
@@ -172,13 +173,60 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	} else if err := os.MkdirAll(workDir, 0o755); err != nil {
 		return err
 	}
+	br.newReport(args, workDir)
+	started := &startedNodes{} // the fencelock nodes this run started, shared by the fencelock systems of a kind
+	defer started.stop()
+	defer func() {
+		for _, t := range br.targets {
+			t.Close()
+		}
+	}()
+	if err := br.openTargets(ctx, workDir, started, pids); err != nil {
+		return err
+	}
+	// The renewal cell runs first, on fresh servers: after the matrix a
+	// server may be snapshotting the entries the matrix wrote, which would
+	// land in the renewal window.
+	if err := br.runHolds(ctx); err != nil {
+		return err
+	}
+	if err := br.runMatrix(ctx); err != nil {
+		return err
+	}
+	br.rp.Machine.LoadAfter = bench.LoadAvg()
+	if err := br.rp.WriteFile(o.out); err != nil {
+		return err
+	}
+	br.logf("wrote %s", o.out)
+	if br.failed {
+		return errors.New("some run did no work (or held locks were never renewed), or broke token order or mutual exclusion (see the table)")
+	}
+	return nil
+}
 
-	logf("measuring fsync latency in %s", workDir)
+// benchRun is one fencebench run: its systems, what it measured, and
+// whether any run failed its checks.
+type benchRun struct {
+	o         options
+	logf      func(format string, a ...any)
+	rp        *bench.Report
+	targets   []bench.Target
+	serverPID map[string][]int // by system: the processes whose CPU is the server's
+	sysAddr   map[string]string
+	sysTLS    map[string]*tls.Config
+	runID     string
+	failed    bool
+}
+
+// newReport measures the machine and starts the report.
+func (br *benchRun) newReport(args []string, workDir string) {
+	o := br.o
+	br.logf("measuring fsync latency in %s", workDir)
 	rp := &bench.Report{
 		Command: "fencebench " + strings.Join(args, " "), Started: time.Now(), PerCell: o.duration, Runs: o.runs,
 		Machine: bench.DescribeMachine(workDir, o.fsyncN), DataDir: workDir,
 	}
-	logf("machine: %d CPUs, %s, fsync p50 %v p99 %v, load %s", rp.Machine.CPUs, rp.Machine.CPUModel,
+	br.logf("machine: %d CPUs, %s, fsync p50 %v p99 %v, load %s", rp.Machine.CPUs, rp.Machine.CPUModel,
 		rp.Machine.FsyncP50, rp.Machine.FsyncP99, rp.Machine.LoadBefore)
 	rp.Notes = append(rp.Notes, fmt.Sprintf("lease TTL %v everywhere; Redis clients that find the lock held retry after %v ±50%% (Redis has no wait queue); Redis acquire is %s",
 		o.ttl, o.redisRetry, map[bool]string{false: "one Lua script (SET NX PX + INCR fence)", true: "two commands (SET NX PX, then INCR fence)"}[o.redisTwoStep]))
@@ -186,121 +234,123 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if o.warmup > 0 {
 		rp.Notes = append(rp.Notes, fmt.Sprintf("each measured run is preceded by an unmeasured %v run of the same cell", o.warmup))
 	}
+	br.rp = rp
+}
 
-	var targets []bench.Target
-	serverPID := map[string][]int{}
-	started := &startedNodes{} // the fencelock nodes this run started, shared by the fencelock systems of a kind
-	defer started.stop()
-	sysAddr, sysTLS := map[string]string{}, map[string]*tls.Config{}
-	defer func() {
-		for _, t := range targets {
-			t.Close()
-		}
-	}()
-	for _, name := range strings.Split(o.systems, ",") {
+// openTargets opens every system of --systems, starting fencelock nodes
+// as needed; pids are the peers' server processes by system.
+func (br *benchRun) openTargets(ctx context.Context, workDir string, started *startedNodes, pids map[string][]int) error {
+	for _, name := range strings.Split(br.o.systems, ",") {
 		name = strings.TrimSpace(name)
-		t, n, err := openTarget(ctx, name, o, workDir, started, rp, logf)
+		t, n, err := openTarget(ctx, name, br.o, workDir, started, br.rp, br.logf)
 		if err != nil {
 			return err
 		}
 		if n != nil {
-			serverPID[name], sysAddr[name], sysTLS[name] = n.pids, n.addr, n.conf
+			br.serverPID[name], br.sysAddr[name], br.sysTLS[name] = n.pids, n.addr, n.conf
 		}
-		targets = append(targets, t)
-		rp.Targets = append(rp.Targets, name)
+		br.targets = append(br.targets, t)
+		br.rp.Targets = append(br.rp.Targets, name)
 		if p, ok := pids[name]; ok {
-			serverPID[name] = p
+			br.serverPID[name] = p
 		}
 	}
+	return nil
+}
 
+// runHolds runs the renewal cell on every system that has keep-alives.
+func (br *benchRun) runHolds(ctx context.Context) error {
+	o := br.o
+	if o.hold <= 0 {
+		return nil
+	}
+	for _, t := range br.targets {
+		var ht bench.RenewalCounter
+		var err error
+		switch {
+		case bench.IsFencelock(t.Name()):
+			ht, err = bench.NewFencelock(t.Name(), br.sysAddr[t.Name()], o.holdTTL, br.sysTLS[t.Name()])
+		case t.Name() == "etcd":
+			ht, err = bench.NewEtcd(ctx, o.etcdAddr, o.holdTTL)
+		default:
+			continue // Redis: the recipe has no keep-alive of its own
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.Name(), err)
+		}
+		br.logf("%-16s holding %d locks (TTL %v) for %v", t.Name(), o.hold, o.holdTTL, o.holdFor)
+		h, err := bench.RunHold(ctx, ht, o.hold, o.holdTTL, o.holdFor, fmt.Sprintf("fencebench/%s/hold/%s", br.runID, t.Name()), br.serverPID[t.Name()]...)
+		ht.Close()
+		if err != nil {
+			return fmt.Errorf("%s, hold: %w", t.Name(), err)
+		}
+		br.logf("%-16s %d renewals in %v: %.0f/s, server CPU %.2f cores, %v per renewal",
+			t.Name(), h.Renewals, h.Elapsed.Round(time.Millisecond), h.RenewalsPerSec(), h.ServerCPU, h.CPUPerRenewal())
+		if h.Renewals <= 0 {
+			br.failed = true
+		}
+		br.rp.Holds = append(br.rp.Holds, h)
+	}
+	return nil
+}
+
+// runMatrix runs every cell --runs times, the systems taking turns, and
+// adds each system's median to the report.
+func (br *benchRun) runMatrix(ctx context.Context) error {
 	var cells []bench.Cell
-	for _, n := range o.clients {
-		for _, one := range o.locks {
+	for _, n := range br.o.clients {
+		for _, one := range br.o.locks {
 			c := bench.Cell{Clients: n, OneLock: one && n > 1}
 			if !containsCell(cells, c) {
 				cells = append(cells, c)
 			}
 		}
 	}
-	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
-	failed := false
-	// The renewal cell runs first, on fresh servers: after the matrix a
-	// server may be snapshotting the entries the matrix wrote, which would
-	// land in the renewal window.
-	if o.hold > 0 {
-		for _, t := range targets {
-			var ht bench.RenewalCounter
-			var err error
-			switch {
-			case bench.IsFencelock(t.Name()):
-				ht, err = bench.NewFencelock(t.Name(), sysAddr[t.Name()], o.holdTTL, sysTLS[t.Name()])
-			case t.Name() == "etcd":
-				ht, err = bench.NewEtcd(ctx, o.etcdAddr, o.holdTTL)
-			default:
-				continue // Redis: the recipe has no keep-alive of its own
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", t.Name(), err)
-			}
-			logf("%-16s holding %d locks (TTL %v) for %v", t.Name(), o.hold, o.holdTTL, o.holdFor)
-			h, err := bench.RunHold(ctx, ht, o.hold, o.holdTTL, o.holdFor, fmt.Sprintf("fencebench/%s/hold/%s", runID, t.Name()), serverPID[t.Name()]...)
-			ht.Close()
-			if err != nil {
-				return fmt.Errorf("%s, hold: %w", t.Name(), err)
-			}
-			logf("%-16s %d renewals in %v: %.0f/s, server CPU %.2f cores, %v per renewal",
-				t.Name(), h.Renewals, h.Elapsed.Round(time.Millisecond), h.RenewalsPerSec(), h.ServerCPU, h.CPUPerRenewal())
-			if h.Renewals <= 0 {
-				failed = true
-			}
-			rp.Holds = append(rp.Holds, h)
-		}
-	}
 	for ci, c := range cells {
-		runs := make([][]bench.Result, len(targets))
-		for run := range o.runs {
-			for ti, t := range targets {
-				prefix := fmt.Sprintf("fencebench/%s/%d/%d/%s", runID, ci, run, t.Name())
-				if o.warmup > 0 {
-					if _, err := bench.RunCell(ctx, t, c, o.warmup, prefix+"/warm"); err != nil {
-						return fmt.Errorf("%s, %s: warm-up: %w", t.Name(), c, err)
-					}
-				}
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				r, err := bench.RunCell(ctx, t, c, o.duration, prefix, serverPID[t.Name()]...)
+		runs := make([][]bench.Result, len(br.targets))
+		for run := range br.o.runs {
+			for ti, t := range br.targets {
+				r, err := br.runOne(ctx, t, c, fmt.Sprintf("fencebench/%s/%d/%d/%s", br.runID, ci, run, t.Name()))
 				if err != nil {
-					return fmt.Errorf("%s, %s: %w", t.Name(), c, err)
+					return err
 				}
 				runs[ti] = append(runs[ti], r)
-				logf("%-22s %-18s run %d/%d %8.0f pairs/s  p50 %-10v p99 %-10v grants %d..%d  errors %d  tokens-bad %d overlaps %d  cpu gen %.2f srv %.2f",
-					c, t.Name(), run+1, o.runs, r.PairsPerSec(), r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
+				br.logf("%-22s %-18s run %d/%d %8.0f pairs/s  p50 %-10v p99 %-10v grants %d..%d  errors %d  tokens-bad %d overlaps %d  cpu gen %.2f srv %.2f",
+					c, t.Name(), run+1, br.o.runs, r.PairsPerSec(), r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond),
 					r.MinGrants, r.MaxGrants, r.Errors, r.TokenViolations, r.Overlaps, r.GenCPU, r.ServerCPU)
 				if r.FirstErr != nil {
-					logf("  first error: %v", r.FirstErr)
+					br.logf("  first error: %v", r.FirstErr)
 				}
 				if !r.OK() {
-					failed = true
+					br.failed = true
 				}
-				if o.pause > 0 {
-					time.Sleep(o.pause)
+				if br.o.pause > 0 {
+					time.Sleep(br.o.pause)
 				}
 			}
 		}
-		for ti := range targets {
-			rp.Results = append(rp.Results, bench.Median(runs[ti]))
+		for ti := range br.targets {
+			br.rp.Results = append(br.rp.Results, bench.Median(runs[ti]))
 		}
 	}
-	rp.Machine.LoadAfter = bench.LoadAvg()
-	if err := rp.WriteFile(o.out); err != nil {
-		return err
-	}
-	logf("wrote %s", o.out)
-	if failed {
-		return errors.New("some run did no work (or held locks were never renewed), or broke token order or mutual exclusion (see the table)")
-	}
 	return nil
+}
+
+// runOne runs cell c once on t, after its warm-up.
+func (br *benchRun) runOne(ctx context.Context, t bench.Target, c bench.Cell, prefix string) (bench.Result, error) {
+	if br.o.warmup > 0 {
+		if _, err := bench.RunCell(ctx, t, c, br.o.warmup, prefix+"/warm"); err != nil {
+			return bench.Result{}, fmt.Errorf("%s, %s: warm-up: %w", t.Name(), c, err)
+		}
+	}
+	if ctx.Err() != nil {
+		return bench.Result{}, ctx.Err()
+	}
+	r, err := bench.RunCell(ctx, t, c, br.o.duration, prefix, br.serverPID[t.Name()]...)
+	if err != nil {
+		return bench.Result{}, fmt.Errorf("%s, %s: %w", t.Name(), c, err)
+	}
+	return r, nil
 }
 
 func cmp(a, b string) string {
