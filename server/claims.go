@@ -22,6 +22,11 @@ const (
 	// leader: their callers were waiting on the old leader and must find
 	// this one first.
 	leaderGrace = 10 * time.Second
+	// maxReaps bounds the take-backs proposed at once. Thousands of
+	// requests whose callers died together are taken back a few batches
+	// at a time, so that Raft's queue never holds more than these ahead of
+	// a live caller's operation.
+	maxReaps = 64
 )
 
 // claims ties each request that may wait on this leader to the Acquire
@@ -31,9 +36,10 @@ const (
 // (its context ended, its stream or connection closed) leaves nothing
 // queued and nothing granted to nobody, whatever route its request took.
 type claims struct {
-	s  *Server
-	mu sync.Mutex
-	m  map[claimKey]*claim
+	s     *Server
+	slots chan struct{} // one per take-back under way (maxReaps)
+	mu    sync.Mutex
+	m     map[claimKey]*claim
 }
 
 type claimKey struct {
@@ -80,7 +86,9 @@ var (
 	errBeingTakenBack = errors.New("the request is being taken back")
 )
 
-func newClaims(s *Server) *claims { return &claims{s: s, m: make(map[claimKey]*claim)} }
+func newClaims(s *Server) *claims {
+	return &claims{s: s, slots: make(chan struct{}, maxReaps), m: make(map[claimKey]*claim)}
+}
 
 // attach registers a call for request rid of name. A grant made while no
 // call waited is already in the call's channel. errBeingTakenBack: the
@@ -171,8 +179,16 @@ func (cs *claims) armLocked(c *claim, grace time.Duration) {
 // reap takes c's request back if still no call waits for it: a cancel
 // entry, proposed until it commits or this node stops leading (the next
 // leader gives the request a grace of its own). Calls that come meanwhile
-// are refused, so none is handed a grant the cancel then ends.
+// are refused, so none is handed a grant the cancel then ends. It waits
+// for one of maxReaps slots first; a call that comes meanwhile keeps the
+// request.
 func (cs *claims) reap(c *claim) {
+	select {
+	case cs.slots <- struct{}{}:
+	case <-cs.s.ctx.Done():
+		return
+	}
+	defer func() { <-cs.slots }()
 	cs.mu.Lock()
 	if cs.m[c.key] != c || len(c.calls) > 0 || c.reaping {
 		cs.mu.Unlock()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os/exec"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,10 +15,21 @@ import (
 	"github.com/fencelock/fencelock/internal/testproc"
 )
 
-// probeUnrelated acquires and releases an unrelated lock again and again
-// until stop is closed, and counts the rounds that took longer than limit
-// (or failed) into slow.
-func probeUnrelated(t *testing.T, c *client.Client, limit time.Duration, stop <-chan struct{}, slow *atomic.Int32, worst *atomic.Int64) {
+// probe acquires and releases an unrelated lock again and again, and
+// records when each round started and how long it took.
+type probe struct {
+	mu     sync.Mutex
+	rounds []probeRound
+}
+
+type probeRound struct {
+	start time.Time
+	d     time.Duration
+	err   error
+}
+
+// run probes through c until stop is closed.
+func (p *probe) run(c *client.Client, stop <-chan struct{}) {
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
@@ -33,15 +43,28 @@ func probeUnrelated(t *testing.T, c *client.Client, limit time.Duration, stop <-
 			err = l.Release(ctx)
 		}
 		cancel()
-		d := time.Since(start)
-		if int64(d) > worst.Load() {
-			worst.Store(int64(d))
+		p.mu.Lock()
+		p.rounds = append(p.rounds, probeRound{start: start, d: time.Since(start), err: err})
+		p.mu.Unlock()
+	}
+}
+
+// since returns the rounds that started at or after t, the longest of
+// them, and those that failed or took longer than limit.
+func (p *probe) since(t time.Time, limit time.Duration) (n int, worst time.Duration, slow []probeRound) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.rounds {
+		if r.start.Before(t) {
+			continue
 		}
-		if err != nil || d > limit {
-			slow.Add(1)
-			t.Logf("unrelated acquire+release took %v: %v", d, err)
+		n++
+		worst = max(worst, r.d)
+		if r.err != nil || r.d > limit {
+			slow = append(slow, r)
 		}
 	}
+	return n, worst, slow
 }
 
 // TestServer_WaitsOfKilledClientsAreTakenBack: ten client processes queue
@@ -67,12 +90,12 @@ func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
-	var slow atomic.Int32
-	var worst atomic.Int64
+	var p probe
 	var wg sync.WaitGroup
-	wg.Go(func() { probeUnrelated(t, newClient(t, srv.Addr), time.Second, stop, &slow, &worst) })
+	wg.Go(func() { p.run(newClient(t, srv.Addr), stop) })
 	const limit = 2 * time.Second
 	defer func() { close(stop); wg.Wait() }()
+	began := time.Now()
 
 	bin := testproc.Build(t, "github.com/fencelock/fencelock/internal/testproc/waiters")
 	var cmds []*exec.Cmd
@@ -92,8 +115,9 @@ func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 		}
 	}()
 	queued := waitForQueue(t, ctx, c, "contended", procs*each, 90*time.Second)
-	if n := slow.Swap(0); n > 0 {
-		t.Logf("%d slow rounds while the waits arrived (worst %v)", n, time.Duration(worst.Swap(0)))
+	queuedAt := time.Now()
+	if n, w, slow := p.since(began, time.Second); len(slow) > 0 {
+		t.Logf("while the waits arrived: %d of %d rounds over 1 s or failed (worst %v)", len(slow), n, w)
 	}
 	time.Sleep(2 * time.Second) // a node with 40,000 waits queued
 	t.Logf("%d waits queued; killing the clients", queued)
@@ -101,6 +125,7 @@ func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 	}
 	killed := time.Now()
+	t.Logf("killed at +%v", killed.Sub(queuedAt).Round(time.Millisecond))
 	for {
 		li, err := c.Describe(ctx, "contended")
 		if err != nil {
@@ -121,10 +146,15 @@ func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 	if li, err := c.Describe(ctx, "contended"); !errors.Is(err, fencelock.ErrNotFound) {
 		t.Fatalf("after the keeper's release the lock is %+v (%v); want it free, granted to nobody dead", li, err)
 	}
-	if w := time.Duration(worst.Load()); w > limit {
-		t.Errorf("an unrelated acquire+release took %v (%d rounds over 1 s), want at most %v", w, slow.Load(), limit)
+	// Judged: the rounds that began once every wait was queued.
+	n, w, slow := p.since(queuedAt, time.Second)
+	for _, r := range slow {
+		t.Logf("unrelated acquire+release at +%v took %v: %v", r.start.Sub(queuedAt).Round(time.Millisecond), r.d, r.err)
 	}
-	t.Logf("slowest unrelated acquire+release: %v", time.Duration(worst.Load()))
+	if w > limit || n == 0 {
+		t.Errorf("an unrelated acquire+release took %v (%d of %d rounds over 1 s), want at most %v", w, len(slow), n, limit)
+	}
+	t.Logf("slowest of %d unrelated acquire+release rounds since the queue was full: %v", n, w)
 }
 
 // waitForQueue waits until name has want waiters, or its queue stops
