@@ -12,7 +12,9 @@
 // tampered sequencer fails the signature, an old one its lease end.
 //
 // The text form is "fls1." followed by the unpadded base64url encoding of
-// the fields and the signature.
+// the fields and the signature. A node signs the sequencers of grants made
+// together under one signature (SignBatch): each then also carries its
+// path to the batch's Merkle root, which the signature covers.
 package sequencer
 
 import (
@@ -24,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"strings"
 	"time"
 
@@ -37,8 +40,25 @@ const Prefix = "fls1."
 const MaxLen = 2048
 
 // signContext is signed before the fields, so that a sequencer's signature
-// proves nothing else.
-const signContext = "fencelock sequencer v1\x00"
+// proves nothing else; batchContext before a batch's root.
+const (
+	signContext  = "fencelock sequencer v1\x00"
+	batchContext = "fencelock sequencer batch v1\x00"
+)
+
+// MaxBatch is the most sequencers one signature covers; maxDepth is the
+// longest Merkle path.
+const (
+	MaxBatch = 64
+	maxDepth = 6
+)
+
+// The versions of the encoding: one sequencer under its own signature, or
+// one of a batch, with its Merkle path.
+const (
+	versionSingle  = 1
+	versionBatched = 2
+)
 
 // Sequencer is what a sequencer states.
 type Sequencer struct {
@@ -62,10 +82,10 @@ func LeaseHash(id fencelock.LeaseID) [16]byte {
 	return h
 }
 
-// fields encodes the signed part: the version, then length-prefixed
-// strings and varints.
-func (s Sequencer) fields() []byte {
-	b := []byte{1}
+// fields encodes what s states: the version, then length-prefixed strings
+// and varints.
+func (s Sequencer) fields(version byte) []byte {
+	b := []byte{version}
 	for _, str := range []string{s.ClusterID, s.KeyID, string(s.Lock)} {
 		b = binary.AppendUvarint(b, uint64(len(str)))
 		b = append(b, str...)
@@ -79,9 +99,64 @@ func (s Sequencer) fields() []byte {
 
 // Sign returns s's text form, signed with key.
 func Sign(s Sequencer, key ed25519.PrivateKey) string {
-	f := s.fields()
+	f := s.fields(versionSingle)
 	sig := ed25519.Sign(key, append([]byte(signContext), f...))
 	return Prefix + base64.RawURLEncoding.EncodeToString(append(f, sig...))
+}
+
+// SignBatch returns the text forms of ss, signed with key: one signature
+// per MaxBatch sequencers, over the Merkle root of their fields; each
+// sequencer carries its path to the root. One alone is signed as by Sign.
+func SignBatch(ss []Sequencer, key ed25519.PrivateKey) []string {
+	var out []string
+	for len(ss) > MaxBatch {
+		out = append(out, SignBatch(ss[:MaxBatch], key)...)
+		ss = ss[MaxBatch:]
+	}
+	if len(ss) <= 1 {
+		for _, s := range ss {
+			out = append(out, Sign(s, key))
+		}
+		return out
+	}
+	depth := bits.Len(uint(len(ss) - 1))
+	level := make([][32]byte, 1<<depth) // the leaves, padded
+	fields := make([][]byte, len(ss))
+	for i := range level {
+		level[i] = padHash
+		if i < len(ss) {
+			fields[i] = ss[i].fields(versionBatched)
+			level[i] = leafHash(fields[i])
+		}
+	}
+	levels := [][][32]byte{level}
+	for len(level) > 1 {
+		up := make([][32]byte, len(level)/2)
+		for i := range up {
+			up[i] = nodeHash(level[2*i], level[2*i+1])
+		}
+		levels, level = append(levels, up), up
+	}
+	sig := ed25519.Sign(key, append([]byte(batchContext), level[0][:]...))
+	for i, f := range fields {
+		b := append(f, byte(depth), byte(i))
+		for d := range depth {
+			sib := levels[d][(i>>d)^1]
+			b = append(b, sib[:]...)
+		}
+		out = append(out, Prefix+base64.RawURLEncoding.EncodeToString(append(b, sig...)))
+	}
+	return out
+}
+
+// The Merkle tree's hashes: leaves, inner nodes and padding each have a
+// prefix of their own, so that none can pass for another.
+var padHash = sha256.Sum256([]byte{2})
+
+func leafHash(fields []byte) [32]byte { return sha256.Sum256(append([]byte{0}, fields...)) }
+
+func nodeHash(l, r [32]byte) [32]byte {
+	return sha256.Sum256(append(append([]byte{1}, l[:]...), r[:]...))
 }
 
 // The reasons a sequencer is refused. Each wraps fencelock.ErrInvalidSequencer.
@@ -96,26 +171,59 @@ var (
 )
 
 // Parse decodes a sequencer's text form without verifying it, and returns
-// what it states, the signed bytes and the signature.
+// what it states, its body (the fields, and a batched sequencer's Merkle
+// path) and the signature.
 func Parse(text string) (Sequencer, []byte, []byte, error) {
-	var s Sequencer
+	s, body, sig, _, err := parse(text)
+	return s, body, sig, err
+}
+
+// parse is Parse, and also returns the message the signature covers.
+func parse(text string) (s Sequencer, body, sig, msg []byte, err error) {
 	if len(text) > MaxLen || !strings.HasPrefix(text, Prefix) {
-		return s, nil, nil, fmt.Errorf("%w: want %q and at most %d bytes", ErrMalformed, Prefix, MaxLen)
+		return s, nil, nil, nil, fmt.Errorf("%w: want %q and at most %d bytes", ErrMalformed, Prefix, MaxLen)
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(text[len(Prefix):])
-	if err != nil || len(raw) < 1+ed25519.SignatureSize || raw[0] != 1 {
-		return s, nil, nil, fmt.Errorf("%w: not a version 1 encoding", ErrMalformed)
+	if err != nil || len(raw) < 1+ed25519.SignatureSize || raw[0] != versionSingle && raw[0] != versionBatched {
+		return s, nil, nil, nil, fmt.Errorf("%w: not a version 1 or 2 encoding", ErrMalformed)
 	}
-	f, sig := raw[:len(raw)-ed25519.SignatureSize], raw[len(raw)-ed25519.SignatureSize:]
-	d := reader{b: f[1:]}
+	body, sig = raw[:len(raw)-ed25519.SignatureSize], raw[len(raw)-ed25519.SignatureSize:]
+	d := reader{b: body[1:]}
 	s.ClusterID, s.KeyID, s.Lock = d.str(), d.str(), fencelock.LockName(d.str())
 	s.Token = fencelock.Token(d.uvarint())
 	copy(s.LeaseHash[:], d.take(16))
 	s.Issued, s.LeaseEnd = time.UnixMilli(d.varint()), time.UnixMilli(d.varint())
-	if d.bad || len(d.b) != 0 {
-		return Sequencer{}, nil, nil, fmt.Errorf("%w: bad fields", ErrMalformed)
+	msg = append([]byte(signContext), body...)
+	if body[0] == versionBatched {
+		msg = d.batchRoot(body[:len(body)-len(d.b)])
 	}
-	return s, f, sig, nil
+	if d.bad || len(d.b) != 0 {
+		return Sequencer{}, nil, nil, nil, fmt.Errorf("%w: bad fields", ErrMalformed)
+	}
+	return s, body, sig, msg, nil
+}
+
+// batchRoot reads a batched sequencer's Merkle path (depth, index, the
+// siblings from the leaf up) and returns the signed message: the root of
+// the batch that the path and the leaf's fields lead to.
+func (r *reader) batchRoot(fields []byte) []byte {
+	head := r.take(2)
+	if r.bad || head[0] < 1 || int(head[0]) > maxDepth || int(head[1]) >= 1<<head[0] {
+		r.bad = true
+		return nil
+	}
+	depth, index := int(head[0]), int(head[1])
+	h := leafHash(fields)
+	for i := range depth {
+		var sib [32]byte
+		copy(sib[:], r.take(32))
+		if index>>i&1 == 0 {
+			h = nodeHash(h, sib)
+		} else {
+			h = nodeHash(sib, h)
+		}
+	}
+	return append([]byte(batchContext), h[:]...)
 }
 
 // reader reads the fields; bad is set by a read past the end.
@@ -188,7 +296,7 @@ type Verifier struct {
 // must not have ended. It returns what the sequencer states, or one of the
 // errors above.
 func (v *Verifier) Verify(text string, lock fencelock.LockName) (Sequencer, error) {
-	s, f, sig, err := Parse(text)
+	s, _, sig, msg, err := parse(text)
 	if err != nil {
 		return Sequencer{}, err
 	}
@@ -196,7 +304,7 @@ func (v *Verifier) Verify(text string, lock fencelock.LockName) (Sequencer, erro
 	if err != nil {
 		return Sequencer{}, err
 	}
-	if !ed25519.Verify(key, append([]byte(signContext), f...), sig) {
+	if !ed25519.Verify(key, msg, sig) {
 		return Sequencer{}, ErrBadSignature
 	}
 	if lock != "" && s.Lock != lock {

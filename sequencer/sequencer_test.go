@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -90,8 +91,76 @@ func FuzzParse(f *testing.F) {
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	f.Add(sequencer.Sign(sequencer.Sequencer{Lock: "a", Token: 1, ClusterID: "c", KeyID: "k"}, priv))
 	f.Add("fls1.")
+	for _, s := range sequencer.SignBatch([]sequencer.Sequencer{{Lock: "a", Token: 1, ClusterID: "c", KeyID: "k"}, {Lock: "b", Token: 2}, {Lock: "c", Token: 3}}, priv) {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, text string) {
 		_, _, _, _ = sequencer.Parse(text) // never panics
 		_, _ = (&sequencer.Verifier{}).Verify(text, "a")
 	})
+}
+
+// TestSignBatch: every sequencer of a batch verifies alone, for its own
+// lock and token; one whose fields, path or signature changed, or a path
+// grafted onto another's fields, does not.
+func TestSignBatch(t *testing.T) {
+	pub, priv := newKey(t)
+	now := time.Unix(1_800_000_000, 0)
+	v := &sequencer.Verifier{Keys: []sequencer.Key{{ClusterID: "prod", ID: "k1", Public: pub}}, Now: func() time.Time { return now }}
+	for _, n := range []int{1, 2, 3, 7, 64, 65, 130} {
+		var ss []sequencer.Sequencer
+		for i := range n {
+			ss = append(ss, sequencer.Sequencer{Lock: fencelock.LockName(fmt.Sprintf("lock-%d", i)), Token: fencelock.Token(100 + i),
+				ClusterID: "prod", KeyID: "k1", LeaseHash: sequencer.LeaseHash(fencelock.LeaseID(fmt.Sprint(i))), Issued: now, LeaseEnd: now.Add(time.Minute)})
+		}
+		texts := sequencer.SignBatch(ss, priv)
+		if len(texts) != n {
+			t.Fatalf("%d sequencers: %d texts", n, len(texts))
+		}
+		for i, text := range texts {
+			if len(text) > sequencer.MaxLen {
+				t.Fatalf("%d: %d bytes, over MaxLen", i, len(text))
+			}
+			got, err := v.VerifyWrite(text, ss[i].Lock, ss[i].Token)
+			if err != nil || got.Lock != ss[i].Lock || got.LeaseHash != ss[i].LeaseHash || !got.LeaseEnd.Equal(ss[i].LeaseEnd) {
+				t.Fatalf("batch of %d, sequencer %d: %+v, %v", n, i, got, err)
+			}
+		}
+	}
+	texts := sequencer.SignBatch([]sequencer.Sequencer{
+		{Lock: "a", Token: 5, ClusterID: "prod", KeyID: "k1", Issued: now, LeaseEnd: now.Add(time.Minute)},
+		{Lock: "b", Token: 6, ClusterID: "prod", KeyID: "k1", Issued: now, LeaseEnd: now.Add(time.Minute)},
+		{Lock: "c", Token: 7, ClusterID: "prod", KeyID: "k1", Issued: now, LeaseEnd: now.Add(time.Minute)},
+	}, priv)
+	_, bodyA, sigA, err := sequencer.Parse(texts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, bodyB, _, err := sequencer.Parse(texts[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	encode := func(body, sig []byte) string {
+		return sequencer.Prefix + base64.RawURLEncoding.EncodeToString(append(append([]byte(nil), body...), sig...))
+	}
+	pathLen := 2 + 2*32 // depth, index, two siblings
+	for i := range bodyA {
+		b := append([]byte(nil), bodyA...)
+		b[i] ^= 0x10
+		if _, err := v.Verify(encode(b, sigA), ""); !errors.Is(err, fencelock.ErrInvalidSequencer) {
+			t.Fatalf("byte %d of the body changed (path from byte %d): %v, want a refusal", i, len(bodyA)-pathLen, err)
+		}
+	}
+	grafted := append(append([]byte(nil), bodyB[:len(bodyB)-pathLen]...), bodyA[len(bodyA)-pathLen:]...)
+	if _, err := v.Verify(encode(grafted, sigA), ""); !errors.Is(err, sequencer.ErrBadSignature) {
+		t.Errorf("b's fields with a's path: %v, want ErrBadSignature", err)
+	}
+	bad := append([]byte(nil), sigA...)
+	bad[0] ^= 1
+	if _, err := v.Verify(encode(bodyA, bad), ""); !errors.Is(err, sequencer.ErrBadSignature) {
+		t.Errorf("a changed signature: %v, want ErrBadSignature", err)
+	}
+	if _, err := v.Verify(encode(bodyA[:len(bodyA)-pathLen], sigA), ""); !errors.Is(err, fencelock.ErrInvalidSequencer) {
+		t.Errorf("a batched sequencer without its path: %v, want a refusal", err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -98,9 +99,75 @@ func (s *Server) sequence(name fencelock.LockName, token fencelock.Token, lease 
 	if !ok || end.After(now.Add(ttl)) {
 		end = now.Add(ttl)
 	}
-	seq := sequencer.Sequencer{Lock: name, Token: token, ClusterID: sg.clusterID, KeyID: sg.keyID,
-		LeaseHash: sequencer.LeaseHash(lease), Issued: now, LeaseEnd: end}
-	return sequencer.Sign(seq, sg.key), sg.clusterID
+	r := &signRequest{key: sg.key, text: make(chan string, 1), seq: sequencer.Sequencer{Lock: name, Token: token,
+		ClusterID: sg.clusterID, KeyID: sg.keyID, LeaseHash: sequencer.LeaseHash(lease), Issued: now, LeaseEnd: end}}
+	select {
+	case s.toSign <- r:
+	case <-s.ctx.Done():
+		return "", ""
+	}
+	select {
+	case text := <-r.text:
+		return text, sg.clusterID
+	case <-s.ctx.Done():
+		return "", ""
+	}
+}
+
+// signRequest is a sequencer waiting for its signature.
+type signRequest struct {
+	seq  sequencer.Sequencer
+	key  ed25519.PrivateKey
+	text chan string // buffered: the signer never waits
+}
+
+// signSequencers signs the sequencers of s.toSign until the node closes.
+// Those handed over together (calls whose grants committed in one batch,
+// or while it signed the last batch) share one signature
+// (sequencer.SignBatch): one Ed25519 signature costs more than the rest of
+// a grant on the node.
+func (s *Server) signSequencers() {
+	defer s.wg.Done()
+	var next *signRequest // the first of the next batch: another key's
+	for {
+		first := next
+		if first == nil {
+			select {
+			case first = <-s.toSign:
+			case <-s.ctx.Done():
+				return
+			}
+			runtime.Gosched() // the calls that finish together hand theirs over
+		}
+		var batch []*signRequest
+		batch, next = s.moreToSign(first)
+		ss := make([]sequencer.Sequencer, len(batch))
+		for i, r := range batch {
+			ss[i] = r.seq
+		}
+		for i, text := range sequencer.SignBatch(ss, first.key) {
+			batch[i].text <- text
+		}
+	}
+}
+
+// moreToSign returns a batch of first and the requests waiting behind it
+// with the same key, up to sequencer.MaxBatch, and the first request with
+// another key, if it met one.
+func (s *Server) moreToSign(first *signRequest) ([]*signRequest, *signRequest) {
+	batch := []*signRequest{first}
+	for len(batch) < sequencer.MaxBatch {
+		select {
+		case r := <-s.toSign:
+			if r.seq.KeyID != first.seq.KeyID || r.seq.ClusterID != first.seq.ClusterID {
+				return batch, r
+			}
+			batch = append(batch, r)
+		default:
+			return batch, nil
+		}
+	}
+	return batch, nil
 }
 
 // Verifier returns a sequencer.Verifier that trusts the cluster's keys.

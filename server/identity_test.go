@@ -3,7 +3,9 @@ package server
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -163,4 +165,35 @@ func TestKeyCalls_needTheAdminTokenOffTheMachine(t *testing.T) {
 	if n := len(s.fsm.Identity().Keys); n != 1 {
 		t.Fatalf("%d keys after a refused rotation, want 1", n)
 	}
+}
+
+// TestSequencers_ofGrantsMadeTogether: grants made at once get their
+// sequencers signed in batches; each one verifies for its own lock, token
+// and lease.
+func TestSequencers_ofGrantsMadeTogether(t *testing.T) {
+	s := openInProcess(t)
+	const n = 200
+	grants := make([]fencelock.Grant, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			grants[i], errs[i] = s.Acquire(t.Context(), AcquireRequest{Name: fencelock.LockName(fmt.Sprintf("batch-%d", i)), TTL: 5 * time.Second})
+		})
+	}
+	wg.Wait()
+	v, batched := s.Verifier(), 0
+	for i, g := range grants {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		seq, err := v.VerifyWrite(g.Sequencer, g.Name, g.Token)
+		if err != nil || seq.LeaseHash != sequencer.LeaseHash(g.LeaseID) {
+			t.Fatalf("grant %d (%s, token %d): sequencer %+v, %v", i, g.Name, g.Token, seq, err)
+		}
+		if _, body, _, _ := sequencer.Parse(g.Sequencer); body[0] == 2 {
+			batched++
+		}
+	}
+	t.Logf("%d of %d sequencers signed in batches", batched, n)
 }

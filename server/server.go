@@ -20,6 +20,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/sequencer"
 )
 
 // Server is one node of the lock service.
@@ -35,8 +36,10 @@ type Server struct {
 	claims *claims
 	// leaderCheck shares VerifyLeader rounds among concurrent renewals.
 	leaderCheck *leaderCheck
-	// signers caches the key that signs sequencers.
+	// signers caches the key that signs sequencers; toSign carries the
+	// sequencers to sign (signSequencers).
 	signers signerCache
+	toSign  chan *signRequest
 	// acl authenticates callers and checks their permissions.
 	acl *acl.ACL
 	// backingUp is set while a Backup runs.
@@ -81,6 +84,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		s.acl = &acl.ACL{}
 	}
 	s.claims = newClaims(s)
+	s.toSign = make(chan *signRequest, 4*sequencer.MaxBatch)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.leases = newLeaseTable(s.proposeExpire)
 	s.fsm = fsm.New(cfg.DedupeWindow, (*observer)(s))
@@ -135,9 +139,10 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	s.leaderCheck = &leaderCheck{verify: func() error { return r.VerifyLeader().Error() }}
 	s.raftStarted.Store(true)
 	s.metrics.reg.MustRegister(newGauges(s))
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.watchLeadership(notify)
 	go s.countLeaderChanges()
+	go s.signSequencers()
 	if cfg.APIAddr != "" {
 		s.wg.Add(1)
 		go s.registerLoop()
