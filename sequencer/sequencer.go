@@ -183,7 +183,7 @@ func parse(text string) (s Sequencer, body, sig, msg []byte, err error) {
 	if len(text) > MaxLen || !strings.HasPrefix(text, Prefix) {
 		return s, nil, nil, nil, fmt.Errorf("%w: want %q and at most %d bytes", ErrMalformed, Prefix, MaxLen)
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(text[len(Prefix):])
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(text[len(Prefix):])
 	if err != nil || len(raw) < 1+ed25519.SignatureSize || raw[0] != versionSingle && raw[0] != versionBatched {
 		return s, nil, nil, nil, fmt.Errorf("%w: not a version 1 or 2 encoding", ErrMalformed)
 	}

@@ -117,14 +117,23 @@ func TestSignBatch(t *testing.T) {
 		if len(texts) != n {
 			t.Fatalf("%d sequencers: %d texts", n, len(texts))
 		}
+		sigs := map[string]int{}
 		for i, text := range texts {
 			if len(text) > sequencer.MaxLen {
 				t.Fatalf("%d: %d bytes, over MaxLen", i, len(text))
 			}
+			_, body, sig, err := sequencer.Parse(text)
+			if wantV := byte(2); err != nil || n%sequencer.MaxBatch != 1 && body[0] != wantV {
+				t.Fatalf("batch of %d, sequencer %d: version %d, %v; want the batched encoding", n, i, body[0], err)
+			}
+			sigs[string(sig)]++
 			got, err := v.VerifyWrite(text, ss[i].Lock, ss[i].Token)
 			if err != nil || got.Lock != ss[i].Lock || got.LeaseHash != ss[i].LeaseHash || !got.LeaseEnd.Equal(ss[i].LeaseEnd) {
 				t.Fatalf("batch of %d, sequencer %d: %+v, %v", n, i, got, err)
 			}
+		}
+		if want := (n + sequencer.MaxBatch - 1) / sequencer.MaxBatch; len(sigs) != want {
+			t.Errorf("batch of %d: %d signatures, want %d (one per %d)", n, len(sigs), want, sequencer.MaxBatch)
 		}
 	}
 	texts := sequencer.SignBatch([]sequencer.Sequencer{
@@ -149,6 +158,21 @@ func TestSignBatch(t *testing.T) {
 		b[i] ^= 0x10
 		if _, err := v.Verify(encode(b, sigA), ""); !errors.Is(err, fencelock.ErrInvalidSequencer) {
 			t.Fatalf("byte %d of the body changed (path from byte %d): %v, want a refusal", i, len(bodyA)-pathLen, err)
+		}
+	}
+	if bodyA[0] != 2 || len(bodyA) <= pathLen {
+		t.Fatalf("a's body: version %d, %d bytes; want a batched sequencer with a path", bodyA[0], len(bodyA))
+	}
+	for _, at := range []int{len(bodyA) - pathLen, len(bodyA) - pathLen + 1} { // depth, index
+		for val := range 256 {
+			b := append([]byte(nil), bodyA...)
+			if b[at] == byte(val) {
+				continue
+			}
+			b[at] = byte(val)
+			if _, err := v.Verify(encode(b, sigA), ""); !errors.Is(err, fencelock.ErrInvalidSequencer) {
+				t.Fatalf("byte %d of the path set to %d: %v, want a refusal", at, val, err)
+			}
 		}
 	}
 	grafted := append(append([]byte(nil), bodyB[:len(bodyB)-pathLen]...), bodyA[len(bodyA)-pathLen:]...)

@@ -86,7 +86,8 @@ func (s *Server) RotateKey(ctx context.Context) (fsm.Identity, error) {
 }
 
 // sequence returns the sequencer of a grant or renewal, and the cluster
-// id; "" for both before the cluster has a key. Its lease end is the lease
+// id; "" for both before the cluster has a key, or while the node closes.
+// It waits for signSequencers to sign it. Its lease end is the lease
 // table's deadline for the grant (now + ttl if the table has none), never
 // later than the lease really ends.
 func (s *Server) sequence(name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration) (string, string) {
