@@ -22,9 +22,10 @@ func (c *Client) Endpoints() []string {
 // until fn succeeds or fails for good, following a follower's answer to the
 // leader, backing off, until Config.RetryTimeout. Each attempt may take
 // Config.AttemptTimeout plus extra. fn gets the node's base URL and the
-// client's HTTP client (with its TLS and token); it must be safe to
-// repeat, and its errors must wrap fencelock's sentinels as
-// internal/wire.FromCall makes them. Package admin adds its calls so.
+// client's HTTP client (with its TLS and token), and must be safe to
+// repeat: an error wrapping fencelock.ErrNotLeader or
+// fencelock.ErrUnavailable moves the call on, any other ends it. Package
+// admin adds the cluster's administrative calls so.
 func (c *Client) Call(ctx context.Context, extra time.Duration, fn func(ctx context.Context, hc *http.Client, url string) error) error {
 	return c.call(ctx, extra, func(ctx context.Context, ep *endpoint) error { return fn(ctx, c.hc, ep.url) })
 }
