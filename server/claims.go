@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"sync"
@@ -38,8 +39,10 @@ const (
 type claims struct {
 	s     *Server
 	slots chan struct{} // one per take-back under way (maxReaps)
+	wake  chan struct{} // buffered: a claim was armed first in line
 	mu    sync.Mutex
 	m     map[claimKey]*claim
+	due   dueHeap // armed claims by due time; reapDue skips stale entries
 }
 
 type claimKey struct {
@@ -58,8 +61,8 @@ type claim struct {
 	// outcome was not learnt), so the take-back proposes a cancel without
 	// looking first.
 	unknown bool
-	reaping bool        // the take-back is under way; calls are refused
-	timer   *time.Timer // the take-back's timer while no call waits
+	reaping bool      // the take-back is under way; calls are refused
+	due     time.Time // when it is taken back while no call waits; zero: not armed
 }
 
 // call is one Acquire call waiting for a request.
@@ -87,7 +90,7 @@ var (
 )
 
 func newClaims(s *Server) *claims {
-	return &claims{s: s, slots: make(chan struct{}, maxReaps), m: make(map[claimKey]*claim)}
+	return &claims{s: s, slots: make(chan struct{}, maxReaps), wake: make(chan struct{}, 1), m: make(map[claimKey]*claim)}
 }
 
 // attach registers a call for request rid of name. A grant made while no
@@ -105,10 +108,7 @@ func (cs *claims) attach(name fencelock.LockName, rid string) (*call, error) {
 	if c.reaping {
 		return nil, errBeingTakenBack
 	}
-	if c.timer != nil {
-		c.timer.Stop()
-		c.timer = nil
-	}
+	c.due = time.Time{}
 	cl := &call{c: c, ch: make(chan waitEvent, 1)}
 	if c.grant != nil {
 		cl.ch <- waitEvent{h: *c.grant}
@@ -169,19 +169,72 @@ func (cs *claims) orphan(name fencelock.LockName, rid string, grace time.Duratio
 	cs.armLocked(c, grace)
 }
 
+// armLocked has reapDue take c back after grace.
 func (cs *claims) armLocked(c *claim, grace time.Duration) {
-	if c.timer != nil {
-		c.timer.Stop()
+	c.due = time.Now().Add(grace)
+	heap.Push(&cs.due, armed{c: c, at: c.due})
+	if cs.due[0].c == c {
+		select {
+		case cs.wake <- struct{}{}:
+		default:
+		}
 	}
-	c.timer = time.AfterFunc(grace, func() { cs.reap(c) })
 }
 
-// reap takes c's request back if still no call waits for it: a cancel
-// entry, proposed until it commits or this node stops leading (the next
-// leader gives the request a grace of its own). Calls that come meanwhile
-// are refused, so none is handed a grant the cancel then ends. It waits
-// for one of maxReaps slots first; a call that comes meanwhile keeps the
-// request.
+// reapDue takes back each armed claim when it is due, in due order, at
+// most maxReaps at once, until the node closes. One goroutine for every
+// claim: thousands that fall due together start no more take-backs than
+// the slots allow.
+func (cs *claims) reapDue() {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		c, wait := cs.nextDue()
+		if c == nil {
+			t.Reset(wait)
+			select {
+			case <-t.C:
+			case <-cs.wake:
+			case <-cs.s.ctx.Done():
+				return
+			}
+			continue
+		}
+		select {
+		case cs.slots <- struct{}{}:
+		case <-cs.s.ctx.Done():
+			return
+		}
+		go func() {
+			defer func() { <-cs.slots }()
+			cs.takeBack(c)
+		}()
+	}
+}
+
+// nextDue pops the first armed claim that is due, or returns how long
+// until one is. An entry whose claim was armed again or disarmed since is
+// dropped.
+func (cs *claims) nextDue() (*claim, time.Duration) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for len(cs.due) > 0 {
+		a := cs.due[0]
+		if !a.c.due.Equal(a.at) {
+			heap.Pop(&cs.due)
+			continue
+		}
+		if d := time.Until(a.at); d > 0 {
+			return nil, d
+		}
+		heap.Pop(&cs.due)
+		a.c.due = time.Time{}
+		return a.c, 0
+	}
+	return nil, time.Hour
+}
+
+// reap takes c's request back (takeBack) in one of maxReaps slots.
 func (cs *claims) reap(c *claim) {
 	select {
 	case cs.slots <- struct{}{}:
@@ -189,12 +242,21 @@ func (cs *claims) reap(c *claim) {
 		return
 	}
 	defer func() { <-cs.slots }()
+	cs.takeBack(c)
+}
+
+// takeBack takes c's request back if still no call waits for it: a cancel
+// entry, proposed until it commits or this node stops leading (the next
+// leader gives the request a grace of its own). Calls that come meanwhile
+// are refused, so none is handed a grant the cancel then ends; a call that
+// came before keeps the request.
+func (cs *claims) takeBack(c *claim) {
 	cs.mu.Lock()
 	if cs.m[c.key] != c || len(c.calls) > 0 || c.reaping {
 		cs.mu.Unlock()
 		return
 	}
-	c.reaping, c.timer = true, nil
+	c.reaping, c.due = true, time.Time{}
 	cs.mu.Unlock()
 	defer func() {
 		cs.mu.Lock()
@@ -266,9 +328,7 @@ func (cs *claims) drop(name fencelock.LockName, rid string) {
 		send(cl.ch, waitEvent{err: errDropped})
 	}
 	if len(c.calls) == 0 {
-		if c.timer != nil {
-			c.timer.Stop()
-		}
+		c.due = time.Time{}
 		delete(cs.m, k)
 	}
 }
@@ -282,11 +342,10 @@ func (cs *claims) failAll() {
 		for cl := range c.calls {
 			send(cl.ch, waitEvent{err: errSteppedDown})
 		}
-		if c.timer != nil {
-			c.timer.Stop()
-		}
+		c.due = time.Time{}
 		delete(cs.m, k)
 	}
+	cs.due = nil
 }
 
 // len returns the number of requests with a claim.
@@ -302,4 +361,25 @@ func send(ch chan waitEvent, ev waitEvent) {
 	case ch <- ev:
 	default:
 	}
+}
+
+// armed is one entry of dueHeap: claim c is due at at, if c.due is still at.
+type armed struct {
+	c  *claim
+	at time.Time
+}
+
+// dueHeap is a container/heap of armed claims, earliest first.
+type dueHeap []armed
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(armed)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	a := old[len(old)-1]
+	old[len(old)-1] = armed{}
+	*h = old[:len(old)-1]
+	return a
 }

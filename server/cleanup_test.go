@@ -72,10 +72,9 @@ func (p *probe) since(t time.Time, limit time.Duration) (n int, worst time.Durat
 // SIGKILL. The node ties each waiting request to the call that carries it:
 // within 15 s no waiter is left, the holder's release grants the lock to
 // nobody dead, and an unrelated lock keeps answering while the waits are
-// queued, killed and taken back: within 1 s on a quiet machine; the test
-// fails only past 2 s, as other test packages share the processor in CI.
-// (While 40,000 calls arrive at once, the node's one thread is busy for a
-// few seconds: that is logged, not judged.)
+// queued, killed and taken back: within 1 s. (While 40,000 calls arrive
+// at once, the node's one thread is busy for a few seconds and a round can
+// take longer: that is logged, not judged.)
 func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("40,000 waits: not in -short")
@@ -93,7 +92,7 @@ func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 	var p probe
 	var wg sync.WaitGroup
 	wg.Go(func() { p.run(newClient(t, srv.Addr), stop) })
-	const limit = 2 * time.Second
+	const limit = time.Second
 	defer func() { close(stop); wg.Wait() }()
 	began := time.Now()
 

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"time"
 
@@ -87,6 +89,38 @@ func HTTPServer(h http.Handler) *http.Server {
 		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: MaxStreams, SendPingTimeout: 10 * time.Second, PingTimeout: 5 * time.Second}}
 }
 
+// BufferReads returns ln whose connections read through a 16 KiB buffer.
+// Serve HTTPServer on it: net/http's HTTP/2 server reads each frame's
+// header and payload with a read of its own, and a buffer takes the frames
+// that have arrived in one.
+func BufferReads(ln net.Listener) net.Listener { return bufferedListener{ln} }
+
+type bufferedListener struct{ net.Listener }
+
+func (l bufferedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, 16<<10)}, nil
+}
+
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// CloseWrite half-closes a TCP connection, as net/http does before it
+// closes one whose request it did not read to the end.
+func (c *bufferedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // api adapts Server to the generated Connect interface.
 type api Server
 
@@ -97,14 +131,20 @@ func (a *api) fail(method string, err error) error {
 	return wire.ToConnect(err)
 }
 
-// count counts a refused request by method and error code.
+// count counts a refused request by method and error code. A call whose
+// caller went away (code "canceled") is counted, but it is not a refusal
+// and makes no event.
 func (a *api) count(method string, err error) {
 	code := fencelock.Code(err)
-	if code == "" {
+	switch {
+	case code != "":
+	case errors.Is(err, context.Canceled):
+		code = "canceled"
+	default:
 		code = "other"
 	}
 	a.metrics.rejected.WithLabelValues(method, code).Inc()
-	if code != fencelock.CodeNotLeader {
+	if code != fencelock.CodeNotLeader && code != "canceled" {
 		ev := Event{Kind: "refusal", Detail: method + ": " + code}
 		var held *fencelock.LockHeldError
 		if errors.As(err, &held) {

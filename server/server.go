@@ -139,10 +139,14 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	s.leaderCheck = &leaderCheck{verify: func() error { return r.VerifyLeader().Error() }}
 	s.raftStarted.Store(true)
 	s.metrics.reg.MustRegister(newGauges(s))
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go s.watchLeadership(notify)
 	go s.countLeaderChanges()
 	go s.signSequencers()
+	go func() {
+		defer s.wg.Done()
+		s.claims.reapDue()
+	}()
 	if cfg.APIAddr != "" {
 		s.wg.Add(1)
 		go s.registerLoop()

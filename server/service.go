@@ -32,6 +32,7 @@ type AcquireRequest struct {
 	// Holder is a label for humans, shown by Describe.
 	Holder string
 	owner  string // the caller's identity, with an ACL
+	queued func() // if set, called when the request waits in the queue
 	// KeepPlace: when Wait runs out, the request stays queued for a grace
 	// (callGrace), so that the caller's next Acquire of the same RequestID
 	// resumes its place (a long wait split into calls). Without it, the
@@ -149,6 +150,9 @@ func (a *acquisition) run(ctx context.Context) (fencelock.Grant, error) {
 // wait waits for the queued request's grant, the end of req.Wait, or ctx.
 func (a *acquisition) wait(ctx context.Context) (fencelock.Grant, error) {
 	s, req := a.s, a.req
+	if req.queued != nil {
+		req.queued()
+	}
 	timer := time.NewTimer(req.Wait)
 	defer timer.Stop()
 	select {

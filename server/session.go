@@ -23,20 +23,29 @@ const maxSessionCalls = 4096
 // errTooManyCalls ends a stream whose client does not read its answers.
 var errTooManyCalls = fmt.Errorf("more than %d calls and refusals on one stream: %w", 2*maxSessionCalls, fencelock.ErrTooLarge)
 
+// maxProposing bounds the calls of one stream that are neither answered nor
+// waiting in a lock's queue: calls whose entries are on their way through
+// Raft. The stream is not read further until one of them is, so a burst of
+// one client's calls puts no more than these ahead of another client's
+// call in Raft's queue and on the node's threads; HTTP/2's flow control
+// holds the rest in the client.
+const maxProposing = 64
+
 // maxResults bounds the results one SessionResponse carries.
 const maxResults = 256
 
 // Session runs the calls of one stream, each in a goroutine of its own as
-// the unary method would, under a context that ends when the caller
-// cancels the call or the stream breaks. Results that are ready together
-// go out in one message. A stream the client closes cleanly (io.EOF) still
-// gets the answers of its calls under way.
+// the unary method would. A call ends when its caller cancels it or the
+// stream breaks. Results that are ready together go out in one message. A
+// stream the client closes cleanly (io.EOF) still gets the answers of its
+// calls under way.
 func (a *api) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(a.ctx, cancel) // the node closes: the stream ends
 	defer stop()
-	ss := &session{a: a, out: make(chan *fencelockv1.Result, 2*maxSessionCalls), calls: make(map[uint64]context.CancelFunc)}
+	ss := &session{a: a, out: make(chan *fencelockv1.Result, 2*maxSessionCalls), calls: make(map[uint64]*running),
+		proposing: make(chan struct{}, maxProposing), base: context.WithoutCancel(ctx)}
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
@@ -54,10 +63,47 @@ func (a *api) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.Se
 	ss.mu.Lock()
 	ss.closed = true // no call starts any more
 	ss.mu.Unlock()
-	ss.wg.Wait()
+	ss.end(ctx)
 	close(ss.out)
 	<-written
 	return nil
+}
+
+// end waits for the stream's calls to finish. Once ctx ends it ends them,
+// maxProposing at a time: a stream with thousands of waits that breaks
+// does not wake them all at once ahead of other clients' calls.
+func (ss *session) end(ctx context.Context) {
+	all := make(chan struct{})
+	go func() {
+		ss.wg.Wait()
+		close(all)
+	}()
+	select {
+	case <-all:
+		return
+	case <-ctx.Done():
+	}
+	for {
+		wave := make([]*running, 0, maxProposing)
+		ss.mu.Lock()
+		for _, r := range ss.calls {
+			if len(wave) == maxProposing {
+				break
+			}
+			wave = append(wave, r)
+		}
+		ss.mu.Unlock()
+		if len(wave) == 0 {
+			break
+		}
+		for _, r := range wave {
+			r.cancel()
+		}
+		for _, r := range wave {
+			<-r.done
+		}
+	}
+	<-all
 }
 
 // session is one Session stream's calls.
@@ -65,11 +111,21 @@ type session struct {
 	a   *api
 	out chan *fencelockv1.Result // answers to send
 	wg  sync.WaitGroup           // calls running
+	// proposing holds a slot for each call neither answered nor queued
+	// (maxProposing).
+	proposing chan struct{}
+	base      context.Context // of the calls: it ends only when end ends them
 
 	mu     sync.Mutex
-	calls  map[uint64]context.CancelFunc // running, by id
-	active int                           // calls running or with an answer not yet sent
-	closed bool                          // the stream is ending
+	calls  map[uint64]*running // by id
+	active int                 // calls running or with an answer not yet sent
+	closed bool                // the stream is ending
+}
+
+// running is one call under way.
+type running struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the call has ended
 }
 
 // read starts the stream's calls and cancels those whose callers gave up,
@@ -82,13 +138,18 @@ func (ss *session) read(ctx context.Context, st *connect.BidiStream[fencelockv1.
 		}
 		ss.mu.Lock()
 		for _, id := range m.Cancel {
-			if cancel := ss.calls[id]; cancel != nil {
-				cancel()
+			if r := ss.calls[id]; r != nil {
+				r.cancel()
 			}
 		}
 		ss.mu.Unlock()
 		for _, c := range m.Calls {
-			if err := ss.start(ctx, c); err != nil {
+			select {
+			case ss.proposing <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if err := ss.start(c); err != nil {
 				return err
 			}
 		}
@@ -96,8 +157,11 @@ func (ss *session) read(ctx context.Context, st *connect.BidiStream[fencelockv1.
 }
 
 // start runs call c, or refuses it at once if its id runs already or the
-// stream has too many calls. errTooManyCalls: the stream must end.
-func (ss *session) start(ctx context.Context, c *fencelockv1.Call) error {
+// stream has too many calls; it frees c's slot in proposing once c is
+// answered or queued. errTooManyCalls: the stream must end.
+func (ss *session) start(c *fencelockv1.Call) error {
+	var once sync.Once
+	free := func() { once.Do(func() { <-ss.proposing }) }
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.closed {
@@ -110,18 +174,23 @@ func (ss *session) start(ctx context.Context, c *fencelockv1.Call) error {
 	_, dup := ss.calls[c.Id]
 	switch {
 	case dup:
+		free()
 		ss.out <- ss.a.failed(c.Id, "Session", fmt.Errorf("call id %d is running on this stream: %w", c.Id, fencelock.ErrInvalidArgument))
 		return nil
 	case ss.active > maxSessionCalls:
+		free()
 		ss.out <- ss.a.failed(c.Id, "Session", fmt.Errorf("more than %d calls on one stream: %w", maxSessionCalls, fencelock.ErrTooLarge))
 		return nil
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	ss.calls[c.Id] = cancel
+	cctx, cancel := context.WithCancel(ss.base)
+	rn := &running{cancel: cancel, done: make(chan struct{})}
+	ss.calls[c.Id] = rn
 	ss.wg.Add(1)
 	go func() {
 		defer ss.wg.Done()
-		r := ss.a.run(cctx, c)
+		defer close(rn.done)
+		r := ss.a.run(cctx, c, free)
+		free()
 		cancel()
 		ss.mu.Lock()
 		delete(ss.calls, c.Id)
@@ -159,13 +228,16 @@ func (ss *session) write(st *connect.BidiStream[fencelockv1.SessionRequest, fenc
 	}
 }
 
-// run runs one call as its unary method would.
-func (a *api) run(ctx context.Context, c *fencelockv1.Call) *fencelockv1.Result {
+// run runs one call as its unary method would; queued is called if an
+// Acquire's request waits in the queue.
+func (a *api) run(ctx context.Context, c *fencelockv1.Call, queued func()) *fencelockv1.Result {
 	s := (*Server)(a)
 	r := &fencelockv1.Result{Id: c.Id}
 	switch op := c.Op.(type) {
 	case *fencelockv1.Call_Acquire:
-		g, err := s.Acquire(ctx, acquireRequest(op.Acquire))
+		req := acquireRequest(op.Acquire)
+		req.queued = queued
+		g, err := s.Acquire(ctx, req)
 		if err != nil {
 			return a.failed(c.Id, "Acquire", err)
 		}

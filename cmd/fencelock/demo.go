@@ -128,7 +128,7 @@ func startDemoLockService(ctx context.Context, dir string, log *slog.Logger) (st
 		return "", nil, err
 	}
 	hs := server.HTTPServer(s.Handler())
-	go hs.Serve(ln)
+	go hs.Serve(server.BufferReads(ln))
 	return ln.Addr().String(), func() { hs.Close(); s.Close() }, nil
 }
 

@@ -161,6 +161,7 @@ func serveNode(ctx context.Context, cfg server.Config, o serveOpts) error {
 		handler = mux
 	}
 	hs := server.HTTPServer(handler)
+	ln = server.BufferReads(ln)
 	serveErr := make(chan error, 1)
 	if o.tls != nil {
 		hs.TLSConfig = o.tls
