@@ -29,7 +29,7 @@ var errTooManyCalls = fmt.Errorf("more than %d calls and refusals on one stream:
 // one client's calls puts no more than these ahead of another client's
 // call in Raft's queue and on the node's threads; HTTP/2's flow control
 // holds the rest in the client.
-const maxProposing = 64
+const maxProposing = 256
 
 // maxResults bounds the results one SessionResponse carries.
 const maxResults = 256
