@@ -184,12 +184,13 @@ func (cs *claims) armLocked(c *claim, grace time.Duration) {
 // reapDue takes back each armed claim when it is due, in due order, at
 // most maxReaps at once, until the node closes. One goroutine for every
 // claim: thousands that fall due together start no more take-backs than
-// the slots allow.
+// the slots allow. It is one of the server's goroutines (wg).
 func (cs *claims) reapDue() {
+	defer cs.s.wg.Done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		c, wait := cs.nextDue()
+		c, wait := cs.nextDue(time.Now())
 		if c == nil {
 			t.Reset(wait)
 			select {
@@ -212,10 +213,10 @@ func (cs *claims) reapDue() {
 	}
 }
 
-// nextDue pops the first armed claim that is due, or returns how long
-// until one is. An entry whose claim was armed again or disarmed since is
-// dropped.
-func (cs *claims) nextDue() (*claim, time.Duration) {
+// nextDue pops the first armed claim that is due at now, or returns how
+// long until one is. An entry whose claim was armed again or disarmed
+// since is dropped.
+func (cs *claims) nextDue(now time.Time) (*claim, time.Duration) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	for len(cs.due) > 0 {
@@ -224,7 +225,7 @@ func (cs *claims) nextDue() (*claim, time.Duration) {
 			heap.Pop(&cs.due)
 			continue
 		}
-		if d := time.Until(a.at); d > 0 {
+		if d := a.at.Sub(now); d > 0 {
 			return nil, d
 		}
 		heap.Pop(&cs.due)

@@ -143,10 +143,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	go s.watchLeadership(notify)
 	go s.countLeaderChanges()
 	go s.signSequencers()
-	go func() {
-		defer s.wg.Done()
-		s.claims.reapDue()
-	}()
+	go s.claims.reapDue()
 	if cfg.APIAddr != "" {
 		s.wg.Add(1)
 		go s.registerLoop()

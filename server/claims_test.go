@@ -1,0 +1,46 @@
+package server
+
+import (
+	"testing"
+	"time"
+)
+
+// TestClaims_FallDueInOrderAsLastArmed: armed requests fall due earliest
+// first, one armed again falls due only at its new time, and one a call
+// waits for does not fall due.
+func TestClaims_FallDueInOrderAsLastArmed(t *testing.T) {
+	s := openInProcess(t)
+	cs := newClaims(s) // no reapDue runs for it: the test pops
+	cs.orphan("a", "r1", 3*time.Second)
+	cs.orphan("b", "r2", time.Second)
+	cs.orphan("c", "r3", 2*time.Second)
+	cl, err := cs.attach("a", "r1") // a call comes for r1 and goes
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.detach(cl, 10*time.Second, true)
+	held, err := cs.attach("c", "r3") // a call waits for r3
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if c, wait := cs.nextDue(t0); c != nil || wait <= 0 || wait > time.Second {
+		t.Fatalf("at the start: %v due, next in %v; want none, next within 1 s", c, wait)
+	}
+	if c, _ := cs.nextDue(t0.Add(1500 * time.Millisecond)); c == nil || c.key.name != "b" {
+		t.Fatalf("after 1.5 s: %+v due, want b", c)
+	}
+	if c, wait := cs.nextDue(t0.Add(5 * time.Second)); c != nil || wait < 4*time.Second {
+		t.Fatalf("after 5 s: %+v due, next in %v; want none (a was armed again, c has a call) until 10 s", c, wait)
+	}
+	if c, _ := cs.nextDue(t0.Add(11 * time.Second)); c == nil || c.key.name != "a" {
+		t.Fatalf("after 11 s: %+v due, want a", c)
+	}
+	if c, wait := cs.nextDue(t0.Add(time.Hour)); c != nil || wait != time.Hour {
+		t.Fatalf("once all fell due: %+v due, next in %v", c, wait)
+	}
+	cs.detach(held, time.Second, true)
+	if c, _ := cs.nextDue(time.Now().Add(2 * time.Second)); c == nil || c.key.name != "c" {
+		t.Fatalf("after its call left: %+v due, want c", c)
+	}
+}
