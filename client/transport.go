@@ -3,9 +3,12 @@ package client
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -65,10 +68,46 @@ func newTransport(tlsConf *tls.Config) http.RoundTripper {
 type schemes map[string]*http2.Transport
 
 func (s schemes) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, fencelockv1connect.LockServiceSessionProcedure) && r.Body != nil {
+		r = r.WithContext(r.Context())
+		r.Body = &wholeMessages{ReadCloser: r.Body}
+	}
 	if t := s[r.URL.Scheme]; t != nil {
 		return t.RoundTrip(r)
 	}
 	return nil, fmt.Errorf("endpoint scheme %q: want http or https", r.URL.Scheme)
+}
+
+// wholeMessages reads a stream's request body a whole message (its 5-byte
+// prefix and its payload) at a time, where it fits the caller's buffer.
+// Connect writes the prefix and the payload to the body with a write each,
+// and the HTTP/2 transport sends what each read returns as a frame of its
+// own, with a system call each.
+type wholeMessages struct {
+	io.ReadCloser
+	left int  // bytes of the current message not yet read
+	raw  bool // a read shorter than a prefix came: pass reads through
+}
+
+func (w *wholeMessages) Read(p []byte) (int, error) {
+	switch {
+	case w.raw:
+		return w.ReadCloser.Read(p)
+	case w.left > 0:
+		n, err := w.ReadCloser.Read(p[:min(len(p), w.left)])
+		w.left -= n
+		return n, err
+	case len(p) < 5:
+		w.raw = true
+		return w.ReadCloser.Read(p)
+	}
+	if n, err := io.ReadFull(w.ReadCloser, p[:5]); err != nil {
+		return n, err
+	}
+	size := int(binary.BigEndian.Uint32(p[1:5]))
+	n, err := io.ReadFull(w.ReadCloser, p[5:5+min(size, len(p)-5)])
+	w.left = size - n
+	return 5 + n, err
 }
 
 // CloseIdleConnections closes every idle connection.
