@@ -58,3 +58,24 @@ func TestAcquire_MarginLeavesRoomForARenewal(t *testing.T) {
 		t.Errorf("ttl 60ms with the default margin = %v, want ErrInvalidTTL", err)
 	}
 }
+
+// TestOnRenewGrid: a renewal is put off to the next multiple of renewGrid,
+// by more than nothing and at most renewGrid, so that renewals due within
+// one grid step fire together.
+func TestOnRenewGrid(t *testing.T) {
+	base := time.Unix(1700000000, 0)
+	for _, off := range []time.Duration{0, time.Millisecond, renewGrid - time.Nanosecond, renewGrid, 3*renewGrid + 7*time.Millisecond} {
+		now := base.Add(off)
+		for _, d := range []time.Duration{time.Second / 3, 10 * time.Second / 3} {
+			got := onRenewGrid(now, d)
+			at := now.Add(got)
+			if got <= d || got > d+renewGrid || at.UnixNano()%int64(renewGrid) != 0 {
+				t.Errorf("onRenewGrid(+%v, %v) = %v: fires at +%v, want after %v, within %v, on the grid", off, d, got, at.Sub(base), d, renewGrid)
+			}
+		}
+	}
+	a, b := base.Add(time.Millisecond), base.Add(renewGrid-time.Millisecond)
+	if a.Add(onRenewGrid(a, time.Second)) != b.Add(onRenewGrid(b, time.Second)) {
+		t.Error("two renewals due within one grid step fire apart")
+	}
+}

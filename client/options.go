@@ -37,7 +37,8 @@ func WithWait(d time.Duration) Option {
 // WithSafetyMargin sets how long before the computed lease end the lock's
 // context is cancelled (default TTL/10, at least 50ms). A larger margin
 // covers more clock-rate drift between client and service; it must stay
-// below 2/3 of the TTL (the first renewal runs at TTL/3).
+// below 2/3 of the TTL less 20 ms (the first renewal runs at TTL/3, put
+// off to the next 20 ms step so that a client's renewals go out together).
 func WithSafetyMargin(d time.Duration) Option { return func(o *acquireOptions) { o.margin = d } }
 
 // WithHolder overrides the client's holder label for this grant.
@@ -74,12 +75,12 @@ func (o *acquireOptions) validate(name string) error {
 		return fmt.Errorf("ttl %v: %w", o.ttl, fencelock.ErrInvalidTTL)
 	}
 	if o.margin <= 0 {
-		if o.margin = max(o.ttl/10, 50*time.Millisecond); 3*o.margin >= 2*o.ttl {
+		if o.margin = max(o.ttl/10, 50*time.Millisecond); 3*(o.margin+renewGrid) >= 2*o.ttl {
 			return fmt.Errorf("ttl %v is too short for the default safety margin %v: %w", o.ttl, o.margin, fencelock.ErrInvalidTTL)
 		}
 	}
-	if 3*o.margin >= 2*o.ttl {
-		return fmt.Errorf("safety margin %v is not below 2/3 of ttl %v (the lease would end before its first renewal): %w", o.margin, o.ttl, fencelock.ErrInvalidArgument)
+	if 3*(o.margin+renewGrid) >= 2*o.ttl {
+		return fmt.Errorf("safety margin %v is not below 2/3 of ttl %v less %v (the lease would end before its first renewal): %w", o.margin, o.ttl, renewGrid, fencelock.ErrInvalidArgument)
 	}
 	if o.waitSet && o.wait < 0 {
 		return fmt.Errorf("wait %v is negative: %w", o.wait, fencelock.ErrInvalidArgument)

@@ -83,6 +83,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	// host:port, as the metrics scrape and the clients build URLs of them.
+	o.fencelockAddr = strings.NewReplacer("http://", "", "https://", "").Replace(o.fencelockAddr)
 	if o.smoke {
 		o.duration, o.warmup, o.fsyncN, o.pause, o.runs = 200*time.Millisecond, 0, 20, 0, 1
 		o.hold, o.holdTTL, o.holdFor = min(o.hold, 100), 2*time.Second, 1500*time.Millisecond
