@@ -118,6 +118,7 @@ type Client struct {
 	next      atomic.Uint32               // index of the endpoint to try first
 	close     func()
 	takeBacks takeBacks
+	born      time.Time // when the client was made: its renewals' grid (onRenewGrid)
 }
 
 // New returns a client of the service at endpoints (host:port or URLs),
@@ -131,7 +132,7 @@ func NewFromConfig(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, hc: cfg.HTTPClient, close: func() {}}
+	c := &Client{cfg: cfg, hc: cfg.HTTPClient, close: func() {}, born: time.Now()}
 	if c.hc == nil {
 		tr := newTransport(cfg.TLS)
 		c.hc, c.close = &http.Client{Transport: tr}, tr.(schemes).CloseIdleConnections

@@ -59,23 +59,28 @@ func TestAcquire_MarginLeavesRoomForARenewal(t *testing.T) {
 	}
 }
 
-// TestOnRenewGrid: a renewal is put off to the next multiple of renewGrid,
-// by more than nothing and at most renewGrid, so that renewals due within
-// one grid step fire together.
+// TestOnRenewGrid: a renewal is put off to the next step of its client's
+// grid, by more than nothing and at most renewGrid, so that renewals due
+// within one step fire together; clients made at other times have grids of
+// their own.
 func TestOnRenewGrid(t *testing.T) {
-	base := time.Unix(1700000000, 0)
+	born := time.Now()
 	for _, off := range []time.Duration{0, time.Millisecond, renewGrid - time.Nanosecond, renewGrid, 3*renewGrid + 7*time.Millisecond} {
-		now := base.Add(off)
+		now := born.Add(off)
 		for _, d := range []time.Duration{time.Second / 3, 10 * time.Second / 3} {
-			got := onRenewGrid(now, d)
-			at := now.Add(got)
-			if got <= d || got > d+renewGrid || at.UnixNano()%int64(renewGrid) != 0 {
-				t.Errorf("onRenewGrid(+%v, %v) = %v: fires at +%v, want after %v, within %v, on the grid", off, d, got, at.Sub(base), d, renewGrid)
+			got := onRenewGrid(born, now, d)
+			at := now.Add(got).Sub(born)
+			if got <= d || got > d+renewGrid || at%renewGrid != 0 {
+				t.Errorf("onRenewGrid(+%v, %v) = %v: fires at +%v, want after %v, within %v, on the grid", off, d, got, at, d, renewGrid)
 			}
 		}
 	}
-	a, b := base.Add(time.Millisecond), base.Add(renewGrid-time.Millisecond)
-	if a.Add(onRenewGrid(a, time.Second)) != b.Add(onRenewGrid(b, time.Second)) {
+	a, b := born.Add(time.Millisecond), born.Add(renewGrid-time.Millisecond)
+	if a.Add(onRenewGrid(born, a, time.Second)) != b.Add(onRenewGrid(born, b, time.Second)) {
 		t.Error("two renewals due within one grid step fire apart")
+	}
+	other := born.Add(renewGrid / 2)
+	if at := a.Add(onRenewGrid(other, a, time.Second)).Sub(born); at%renewGrid == 0 {
+		t.Errorf("a client made %v later renews on the first client's grid (+%v)", renewGrid/2, at)
 	}
 }

@@ -49,7 +49,7 @@ func (c *Client) newLock(g *fencelockv1.Grant, start time.Time, margin time.Dura
 	// Renewals run on a timer, not in a goroutine of their own: a lock
 	// released before its first renewal (most of them) costs no goroutine,
 	// and Release does not wait for one to stop.
-	l.renewal = time.AfterFunc(onRenewGrid(time.Now(), l.renewInterval()), l.renew)
+	l.renewal = time.AfterFunc(onRenewGrid(c.born, time.Now(), l.renewInterval()), l.renew)
 	l.mu.Unlock()
 	return l
 }
@@ -145,14 +145,15 @@ func (l *Lock) renewInterval() time.Duration { return l.ttl / 3 }
 
 // renewGrid aligns the renewals of a client's locks: those due within the
 // same 20 ms go out together, in one message, and the node signs their
-// sequencers under one signature.
+// sequencers under one signature. Each client's grid starts when the
+// client was made, so that clients do not renew in step with each other.
 const renewGrid = 20 * time.Millisecond
 
-// onRenewGrid returns d from now, lengthened to end on the next multiple
-// of renewGrid (by at most renewGrid).
-func onRenewGrid(now time.Time, d time.Duration) time.Duration {
-	now = now.Round(0) // the wall clock, as Truncate reads it
-	return now.Add(d).Truncate(renewGrid).Add(renewGrid).Sub(now)
+// onRenewGrid returns d from now, lengthened to end on the next step of
+// the grid that starts at born (by at most renewGrid).
+func onRenewGrid(born, now time.Time, d time.Duration) time.Duration {
+	steps := (now.Sub(born)+d)/renewGrid + 1
+	return born.Add(steps * renewGrid).Sub(now)
 }
 
 // renew renews the lease once (on the renewal timer) and schedules the
@@ -176,7 +177,7 @@ func (l *Lock) renew() {
 			l.sequencer = seq
 			l.mu.Unlock()
 		}
-		l.scheduleRenewal(onRenewGrid(time.Now(), interval))
+		l.scheduleRenewal(onRenewGrid(l.c.born, time.Now(), interval))
 	case errors.Is(err, fencelock.ErrNotHolder), errors.Is(err, fencelock.ErrLeaseExpired):
 		l.mu.Lock()
 		l.lose(err)

@@ -250,10 +250,11 @@ func (cs *claims) reap(c *claim) {
 // entry, proposed until it commits or this node stops leading (the next
 // leader gives the request a grace of its own). Calls that come meanwhile
 // are refused, so none is handed a grant the cancel then ends; a call that
-// came before keeps the request.
+// came before keeps the request, and one that came and went arms it anew
+// (its own grace then runs).
 func (cs *claims) takeBack(c *claim) {
 	cs.mu.Lock()
-	if cs.m[c.key] != c || len(c.calls) > 0 || c.reaping {
+	if cs.m[c.key] != c || len(c.calls) > 0 || c.reaping || !c.due.IsZero() {
 		cs.mu.Unlock()
 		return
 	}

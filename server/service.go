@@ -31,8 +31,9 @@ type AcquireRequest struct {
 	RequestID string
 	// Holder is a label for humans, shown by Describe.
 	Holder string
-	owner  string // the caller's identity, with an ACL
-	queued func() // if set, called when the request waits in the queue
+	owner  string      // the caller's identity, with an ACL
+	queued func()      // if set, called when the request waits in the queue
+	gone   func() bool // if set, reports that the caller is gone though ctx has not ended
 	// KeepPlace: when Wait runs out, the request stays queued for a grace
 	// (callGrace), so that the caller's next Acquire of the same RequestID
 	// resumes its place (a long wait split into calls). Without it, the
@@ -94,7 +95,7 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	}
 	a := acquisition{s: s, req: req, call: cl, grace: callGrace}
 	g, err := a.run(ctx)
-	if err == nil && ctx.Err() != nil {
+	if err == nil && (ctx.Err() != nil || req.gone != nil && req.gone()) {
 		// Nobody to hand the grant to: it is taken back with the request.
 		g, err = fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, ctx.Err())
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 
@@ -28,7 +29,8 @@ var errTooManyCalls = fmt.Errorf("more than %d calls and refusals on one stream:
 // Raft. The stream is not read further until one of them is, so a burst of
 // one client's calls puts no more than these ahead of another client's
 // call in Raft's queue and on the node's threads; HTTP/2's flow control
-// holds the rest in the client.
+// holds the rest in the client. Renewals take no slot: they do not go
+// through Raft, and must not wait behind a burst of acquires.
 const maxProposing = 256
 
 // maxResults bounds the results one SessionResponse carries.
@@ -83,6 +85,7 @@ func (ss *session) end(ctx context.Context) {
 		return
 	case <-ctx.Done():
 	}
+	ss.broken.Store(true) // a call granted before its wave hands the grant back
 	for {
 		wave := make([]*running, 0, maxProposing)
 		ss.mu.Lock()
@@ -115,6 +118,7 @@ type session struct {
 	// (maxProposing).
 	proposing chan struct{}
 	base      context.Context // of the calls: it ends only when end ends them
+	broken    atomic.Bool     // the stream broke: its callers are gone
 
 	mu     sync.Mutex
 	calls  map[uint64]*running // by id
@@ -144,12 +148,15 @@ func (ss *session) read(ctx context.Context, st *connect.BidiStream[fencelockv1.
 		}
 		ss.mu.Unlock()
 		for _, c := range m.Calls {
-			select {
-			case ss.proposing <- struct{}{}:
-			case <-ctx.Done():
-				return ctx.Err()
+			slotted := c.GetRenew() == nil // a renewal does not go through Raft
+			if slotted {
+				select {
+				case ss.proposing <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
-			if err := ss.start(c); err != nil {
+			if err := ss.start(c, slotted); err != nil {
 				return err
 			}
 		}
@@ -157,11 +164,16 @@ func (ss *session) read(ctx context.Context, st *connect.BidiStream[fencelockv1.
 }
 
 // start runs call c, or refuses it at once if its id runs already or the
-// stream has too many calls; it frees c's slot in proposing once c is
-// answered or queued. errTooManyCalls: the stream must end.
-func (ss *session) start(c *fencelockv1.Call) error {
+// stream has too many calls; it frees c's slot in proposing (slotted: it
+// took one) once c is answered or queued. errTooManyCalls: the stream must
+// end.
+func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 	var once sync.Once
-	free := func() { once.Do(func() { <-ss.proposing }) }
+	free := func() {
+		if slotted {
+			once.Do(func() { <-ss.proposing })
+		}
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.closed {
@@ -189,7 +201,7 @@ func (ss *session) start(c *fencelockv1.Call) error {
 	go func() {
 		defer ss.wg.Done()
 		defer close(rn.done)
-		r := ss.a.run(cctx, c, free)
+		r := ss.a.run(cctx, c, free, ss.broken.Load)
 		free()
 		cancel()
 		ss.mu.Lock()
@@ -229,14 +241,15 @@ func (ss *session) write(st *connect.BidiStream[fencelockv1.SessionRequest, fenc
 }
 
 // run runs one call as its unary method would; queued is called if an
-// Acquire's request waits in the queue.
-func (a *api) run(ctx context.Context, c *fencelockv1.Call, queued func()) *fencelockv1.Result {
+// Acquire's request waits in the queue, and gone reports that its caller
+// is gone.
+func (a *api) run(ctx context.Context, c *fencelockv1.Call, queued func(), gone func() bool) *fencelockv1.Result {
 	s := (*Server)(a)
 	r := &fencelockv1.Result{Id: c.Id}
 	switch op := c.Op.(type) {
 	case *fencelockv1.Call_Acquire:
 		req := acquireRequest(op.Acquire)
-		req.queued = queued
+		req.queued, req.gone = queued, gone
 		g, err := s.Acquire(ctx, req)
 		if err != nil {
 			return a.failed(c.Id, "Acquire", err)

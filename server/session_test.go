@@ -145,3 +145,22 @@ func TestSession_RefusesDuplicateIDs(t *testing.T) {
 		t.Fatal("the running call 1 was disturbed")
 	}
 }
+
+// TestAcquire_GrantToACallerGoneIsHandedBack: a call whose stream broke
+// but whose context has not ended yet (it waits for its wave in
+// session.end) is not handed a grant: the grant is taken back with the
+// request, and the lock does not stay held by nobody.
+func TestAcquire_GrantToACallerGoneIsHandedBack(t *testing.T) {
+	s := openInProcess(t)
+	req := AcquireRequest{Name: "l", TTL: time.Minute, RequestID: "r", gone: func() bool { return true }}
+	if g, err := s.Acquire(context.Background(), req); err == nil {
+		t.Fatalf("a caller that is gone was handed grant %+v", g)
+	}
+	deadline := time.Now().Add(callGrace + 5*time.Second)
+	for s.fsm.Holds("l", "r") {
+		if time.Now().After(deadline) {
+			t.Fatal("the grant made for a caller that is gone is still held after the grace")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
