@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,13 +47,23 @@ func TestAcquire_RetryWithOwnRequestIDWaitsForTheTakeBack(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	giveUp()
-	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
-		t.Fatalf("acquire whose caller gave up = %v, want context.Canceled", err)
+	// The node is stopped while the caller gives up, so that its take-back
+	// (which would otherwise end within a log sync) is still under way when
+	// the mark is looked at.
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
 	}
+	giveUp()
+	err = <-gaveUp
 	c.takeBacks.mu.Lock()
 	mark := c.takeBacks.m["r"]
 	c.takeBacks.mu.Unlock()
+	if err := srv.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("acquire whose caller gave up = %v, want context.Canceled", err)
+	}
 	if mark == nil {
 		t.Fatal("no mark on the request id of a caller that gave up")
 	}
