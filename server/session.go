@@ -7,7 +7,6 @@ import (
 	"io"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"connectrpc.com/connect"
 
@@ -47,7 +46,7 @@ func (a *api) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.Se
 	stop := context.AfterFunc(a.ctx, cancel) // the node closes: the stream ends
 	defer stop()
 	ss := &session{a: a, out: make(chan *fencelockv1.Result, 2*maxSessionCalls), calls: make(map[uint64]*running),
-		proposing: make(chan struct{}, maxProposing), base: context.WithoutCancel(ctx)}
+		proposing: make(chan struct{}, maxProposing), stream: ctx, base: context.WithoutCancel(ctx)}
 	written := make(chan struct{})
 	go func() {
 		defer close(written)
@@ -85,7 +84,6 @@ func (ss *session) end(ctx context.Context) {
 		return
 	case <-ctx.Done():
 	}
-	ss.broken.Store(true) // a call granted before its wave hands the grant back
 	for {
 		wave := make([]*running, 0, maxProposing)
 		ss.mu.Lock()
@@ -117,14 +115,18 @@ type session struct {
 	// proposing holds a slot for each call neither answered nor queued
 	// (maxProposing).
 	proposing chan struct{}
+	stream    context.Context // ends when the stream breaks: its callers are gone
 	base      context.Context // of the calls: it ends only when end ends them
-	broken    atomic.Bool     // the stream broke: its callers are gone
 
 	mu     sync.Mutex
 	calls  map[uint64]*running // by id
 	active int                 // calls running or with an answer not yet sent
 	closed bool                // the stream is ending
 }
+
+// gone reports that the stream broke: a call granted before end ended it
+// hands the grant back.
+func (ss *session) gone() bool { return ss.stream.Err() != nil }
 
 // running is one call under way.
 type running struct {
@@ -201,7 +203,7 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 	go func() {
 		defer ss.wg.Done()
 		defer close(rn.done)
-		r := ss.a.run(cctx, c, free, ss.broken.Load)
+		r := ss.a.run(cctx, c, free, ss.gone)
 		free()
 		cancel()
 		ss.mu.Lock()
