@@ -91,7 +91,10 @@ func startServers(ctx context.Context, bin, dataDir string, n int, tf *TLSFiles)
 			return nil, err
 		}
 		args := []string{"serve", "--listen", apis[i], "--raft-addr", rafts[i],
-			"--data-dir", filepath.Join(dir, "data"), "--log-level", "warn"}
+			"--data-dir", filepath.Join(dir, "data"), "--log-level", "warn",
+			// One thread running Go code, as Redis runs its commands on
+			// one: the load generator needs the machine's other core.
+			"--procs", "1"}
 		if n > 1 {
 			args = append(args, "--node-id", fmt.Sprintf("n%d", i+1), "--bootstrap", strings.Join(voters, ","))
 		}

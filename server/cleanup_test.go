@@ -71,10 +71,8 @@ func (p *probe) since(t time.Time, limit time.Duration) (n int, worst time.Durat
 // 4,000 waiting Acquires each behind one held lock and are killed with
 // SIGKILL. The node ties each waiting request to the call that carries it:
 // within 15 s no waiter is left, the holder's release grants the lock to
-// nobody dead, and an unrelated lock keeps answering while the waits are
-// queued, killed and taken back: within 1 s. (While 40,000 calls arrive
-// at once, the node's one thread is busy for a few seconds and a round can
-// take longer: that is logged, not judged.)
+// nobody dead, and an unrelated lock keeps answering within 1 s
+// throughout: while the waits arrive, are queued, killed and taken back.
 func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("40,000 waits: not in -short")
@@ -115,9 +113,8 @@ func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 	}()
 	queued := waitForQueue(t, ctx, c, "contended", procs*each, 90*time.Second)
 	queuedAt := time.Now()
-	if n, w, slow := p.since(began, time.Second); len(slow) > 0 {
-		t.Logf("while the waits arrived: %d of %d rounds over 1 s or failed (worst %v)", len(slow), n, w)
-	}
+	n, w, _ := p.since(began, limit)
+	t.Logf("slowest of %d unrelated acquire+release rounds while the waits arrived: %v", n, w)
 	time.Sleep(2 * time.Second) // a node with 40,000 waits queued
 	t.Logf("%d waits queued; killing the clients", queued)
 	for _, cmd := range cmds {
@@ -145,15 +142,15 @@ func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 	if li, err := c.Describe(ctx, "contended"); !errors.Is(err, fencelock.ErrNotFound) {
 		t.Fatalf("after the keeper's release the lock is %+v (%v); want it free, granted to nobody dead", li, err)
 	}
-	// Judged: the rounds that began once every wait was queued.
-	n, w, slow := p.since(queuedAt, time.Second)
+	n, w, slow := p.since(began, limit)
 	for _, r := range slow {
-		t.Logf("unrelated acquire+release at +%v took %v: %v", r.start.Sub(queuedAt).Round(time.Millisecond), r.d, r.err)
+		t.Logf("unrelated acquire+release at %v from the full queue (negative: before) took %v: %v", r.start.Sub(queuedAt).Round(time.Millisecond), r.d, r.err)
 	}
 	if w > limit || n == 0 {
 		t.Errorf("an unrelated acquire+release took %v (%d of %d rounds over 1 s), want at most %v", w, len(slow), n, limit)
 	}
-	t.Logf("slowest of %d unrelated acquire+release rounds since the queue was full: %v", n, w)
+	_, afterFull, _ := p.since(queuedAt, limit)
+	t.Logf("slowest of %d unrelated acquire+release rounds: %v; since the queue was full: %v", n, w, afterFull)
 }
 
 // waitForQueue waits until name has want waiters, or its queue stops

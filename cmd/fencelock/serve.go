@@ -44,7 +44,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	peerAddrs := fs.String("raft-peer-addrs", "", "override the Raft address used to reach peers, id=addr,... for every peer (proxies, NAT)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	pprofOn := fs.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on the API address")
-	procs := fs.Int("procs", 1, "OS threads that run Go code at once (GOMAXPROCS); 0: Go's default (every CPU). A node's work is a few goroutines that hand requests to each other; on one thread they do so without waking another, which measured 10-25% faster on a 2-core machine (docs/PERFORMANCE.md). Raise it for a node that uses a whole core. Without this flag, a GOMAXPROCS environment variable wins")
+	procs := fs.Int("procs", 0, "OS threads that run Go code at once (GOMAXPROCS); 0: Go's default (every CPU, or the GOMAXPROCS environment variable). On one thread a node hands requests between its goroutines without waking another (faster on a machine whose other cores run the clients), but a burst of calls then delays every other client's answers for as long as it takes to read it (docs/PERFORMANCE.md)")
 	tokenFile := fs.String("admin-token-file", "", "file holding the cluster's admin token, required by membership changes (default: env FENCELOCK_ADMIN_TOKEN; none: membership changes are open)")
 	var tf tlsFlags
 	tf.register(fs, true)
@@ -66,7 +66,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *procs < 0 {
 		return usageErr("--procs %d: want 0 (Go's default) or more", *procs)
 	}
-	if *procs > 0 && (flagSet(fs, "procs") || os.Getenv("GOMAXPROCS") == "") {
+	if *procs > 0 {
 		runtime.GOMAXPROCS(*procs)
 	}
 	var level slog.Level
