@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,7 +114,7 @@ func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) {
 	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{
 		acquireCall(1, "l", "w1", time.Minute), acquireCall(2, "l", "w2", time.Minute)}})
 	eventually(t, "both queued", func() bool { return s.fsm.Queued("l", "w1") && s.fsm.Queued("l", "w2") })
-	c.send(&fencelockv1.SessionRequest{Cancel: []uint64{1}})
+	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{acquireCall(1, "l0", "r", 0)}}) // read, refused at once: id 1 runs
 	if got := c.results(1); !errors.Is(wire.FromStatus(got[1].GetError()), context.Canceled) {
 		t.Fatalf("the cancelled call: %v, want canceled", got[1])
 	}
@@ -162,5 +164,101 @@ func TestAcquire_GrantToACallerGoneIsHandedBack(t *testing.T) {
 			t.Fatal("the grant made for a caller that is gone is still held after the grace")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSession_ReadsNoFurtherWhileMaxProposingAreInRaft: a stream with
+// maxProposing calls on their way through Raft is not read further: a
+// later message of it (a call with the id of one running, which would be
+// refused at once) waits until one of them is answered. Then every call is
+// answered.
+func TestSession_ReadsNoFurtherWhileMaxProposingAreInRaft(t *testing.T) {
+	s := openInProcess(t)
+	gate := make(chan struct{})
+	var open sync.Once
+	defer open.Do(func() { close(gate) }) // before the server's Close, which waits for Raft
+	observe := s.store.appended           // raft's leader loop reads it after this write (channels order them)
+	s.store.appended = func(n int) { <-gate; observe(n) }
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := openSession(t, ctx, s)
+	var calls []*fencelockv1.Call
+	for i := range maxProposing + 1 {
+		calls = append(calls, acquireCall(uint64(i+1), fmt.Sprintf("l%d", i), "r", 0))
+	}
+	c.send(&fencelockv1.SessionRequest{Calls: calls})
+	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{acquireCall(1, "l0", "r", 0)}}) // read, refused at once: id 1 runs
+	answered := make(chan *fencelockv1.Result, len(calls)+1) // +1: the second call 1
+	go func() {
+		for {
+			m, err := c.st.Receive()
+			if err != nil {
+				return
+			}
+			for _, r := range m.Results {
+				answered <- r
+			}
+		}
+	}()
+	select {
+	case r := <-answered:
+		t.Fatalf("call %d answered while Raft was stalled (%v): the stream was read on", r.Id, r)
+	case <-time.After(500 * time.Millisecond):
+	}
+	open.Do(func() { close(gate) })
+	for range calls {
+		var r *fencelockv1.Result
+		select {
+		case r = <-answered:
+		case <-ctx.Done():
+			t.Fatal("not every call was answered once Raft went on")
+		}
+		if r.GetAcquire().GetGrant().GetToken() == 0 && r.Id != 1 { // the second call 1 may be refused
+			t.Fatalf("call %d: %v, want a grant", r.Id, r)
+		}
+	}
+}
+
+// TestSession_EndEndsCallsInWaves: once the stream's context ends, end
+// cancels its calls at most maxProposing at a time, each wave after the
+// last has ended, and returns when all have.
+func TestSession_EndEndsCallsInWaves(t *testing.T) {
+	ss := &session{calls: make(map[uint64]*running)}
+	var mu sync.Mutex
+	ending, most, ended := 0, 0, 0
+	const n = 3*maxProposing + 5
+	for id := range uint64(n) {
+		r := &running{done: make(chan struct{})}
+		var once sync.Once
+		r.cancel = func() {
+			once.Do(func() {
+				mu.Lock()
+				ending++
+				most = max(most, ending)
+				mu.Unlock()
+				go func() {
+					time.Sleep(time.Millisecond)
+					mu.Lock()
+					ending--
+					ended++
+					mu.Unlock()
+					ss.mu.Lock()
+					delete(ss.calls, id)
+					ss.mu.Unlock()
+					close(r.done)
+					ss.wg.Done()
+				}()
+			})
+		}
+		ss.calls[id] = r
+		ss.wg.Add(1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ss.end(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if ended != n || most > maxProposing || most == 0 {
+		t.Fatalf("ended %d of %d calls, at most %d ending at once; want all, at most %d at once", ended, n, most, maxProposing)
 	}
 }
