@@ -187,8 +187,9 @@ func TestSession_ReadsNoFurtherWhileMaxProposingAreInRaft(t *testing.T) {
 		calls = append(calls, acquireCall(uint64(i+1), fmt.Sprintf("l%d", i), "r", 0))
 	}
 	c.send(&fencelockv1.SessionRequest{Calls: calls})
-	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{acquireCall(1, "l0", "r", 0)}}) // read, refused at once: id 1 runs
-	answered := make(chan *fencelockv1.Result, len(calls)+1) // +1: the second call 1
+	// Read, it would be refused at once: call 1 runs.
+	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{acquireCall(1, "l0", "r", 0)}})
+	answered := make(chan *fencelockv1.Result, len(calls)+1) // and the second call 1
 	go func() {
 		for {
 			m, err := c.st.Receive()
