@@ -129,10 +129,3 @@ func (w *waitFlag) options() []client.Option {
 	}
 	return []client.Option{client.WithWait(w.d)}
 }
-
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}

@@ -44,9 +44,6 @@ func (p *Proxy) Block() { p.blocked.Store(true) }
 // Unblock resumes forwarding, delivering what was held.
 func (p *Proxy) Unblock() { p.blocked.Store(false) }
 
-// Blocked reports whether the proxy is blocked.
-func (p *Proxy) Blocked() bool { return p.blocked.Load() }
-
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() {
 	p.ln.Close()
