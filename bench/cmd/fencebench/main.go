@@ -437,9 +437,9 @@ func (s *startedNodes) get(ctx context.Context, o options, workDir string, tlsRu
 	}
 	n.addr, n.srvs = strings.Join(addrs, ","), srvs
 	if !tlsRun && o.nodes == 1 {
-		rp.Notes = append(rp.Notes, "fencelock: one node, `fencelock serve` as built from this tree, Raft log fsync on (the default)")
+		rp.Notes = append(rp.Notes, "fencelock: one node, `fencelock serve` as built from this tree, Raft log fsync on (the default), `--procs 1` (Go code on one thread, as Redis runs commands on one)")
 	} else if !tlsRun {
-		rp.Notes = append(rp.Notes, fmt.Sprintf("fencelock: %d nodes (one Raft group) on this machine, `fencelock serve` as built from this tree, fsync on; the client is given every node; server CPU is all nodes together", o.nodes))
+		rp.Notes = append(rp.Notes, fmt.Sprintf("fencelock: %d nodes (one Raft group) on this machine, `fencelock serve` as built from this tree, fsync on, `--procs 1` each; the client is given every node; server CPU is all nodes together", o.nodes))
 	}
 	*slot = n
 	return n, nil
