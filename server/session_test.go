@@ -114,7 +114,7 @@ func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) {
 	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{
 		acquireCall(1, "l", "w1", time.Minute), acquireCall(2, "l", "w2", time.Minute)}})
 	eventually(t, "both queued", func() bool { return s.fsm.Queued("l", "w1") && s.fsm.Queued("l", "w2") })
-	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{acquireCall(1, "l0", "r", 0)}}) // read, refused at once: id 1 runs
+	c.send(&fencelockv1.SessionRequest{Cancel: []uint64{1}})
 	if got := c.results(1); !errors.Is(wire.FromStatus(got[1].GetError()), context.Canceled) {
 		t.Fatalf("the cancelled call: %v, want canceled", got[1])
 	}
