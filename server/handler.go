@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -68,11 +69,23 @@ func (s *Server) Handler() http.Handler {
 func boundBodies(next http.Handler) http.Handler {
 	session := fencelockv1connect.LockServiceSessionProcedure
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != session && r.Body != nil {
+		switch {
+		case r.Body == nil:
+		case r.URL.Path != session:
 			r.Body = http.MaxBytesReader(w, r.Body, maxMessageBytes+4096)
+		default:
+			r.Body = bufferedBody{bufio.NewReaderSize(r.Body, 4096), r.Body}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bufferedBody reads a stream's body through a buffer: Connect reads each
+// message's prefix and payload with a read each, and net/http's HTTP/2
+// server wakes its serve loop for every read.
+type bufferedBody struct {
+	*bufio.Reader
+	io.Closer
 }
 
 // MaxStreams bounds the calls one HTTP/2 connection carries at once.
