@@ -26,8 +26,10 @@ type Config struct {
 	// hostname/pid.
 	Holder string
 	// HTTPClient carries the calls; default one HTTP/2 connection per node
-	// (h2c for http:// endpoints) that carries every call, with pings that
-	// find a frozen node within about two seconds. A client of your own
+	// (h2c for http:// endpoints) that carries every call. However it is
+	// made, a node that stops answering while calls are out on its stream
+	// is found within about three seconds (pings on the stream, only while
+	// calls are out). A client of your own
 	// must speak HTTP/2 to http:// endpoints for gRPC-style waits to work
 	// well; HTTP/1.1 works, one connection per call in flight.
 	HTTPClient *http.Client
@@ -41,8 +43,8 @@ type Config struct {
 	RetryTimeout time.Duration
 	// AttemptTimeout bounds one attempt on one endpoint (plus the queue
 	// wait, for Acquire), so that a node that hangs costs one attempt, not
-	// the whole call. A node that froze is found sooner, by the default
-	// transport's pings.
+	// the whole call. A node that froze is found sooner, by the stream's
+	// pings.
 	AttemptTimeout time.Duration
 	// SilentFor is how long an endpoint that did not answer is skipped,
 	// even when another node names it as the leader (its view may be

@@ -3,9 +3,11 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -39,12 +41,17 @@ type stream struct {
 	wake   chan struct{} // buffered: calls or cancels are pending
 	dead   chan struct{} // closed when the stream broke; err says why
 
-	mu      sync.Mutex
-	next    uint64
-	calls   map[uint64]chan *fencelockv1.Result
-	pending []*fencelockv1.Call
-	cancels []uint64
-	err     error
+	mu       sync.Mutex
+	next     uint64
+	calls    map[uint64]chan *fencelockv1.Result
+	pending  []*fencelockv1.Call
+	cancels  []uint64
+	err      error
+	timer    *time.Timer // runs watch while calls are out
+	watching bool        // timer is armed
+	heard    time.Time   // the node's last message, or when calls went out
+	pingAt   time.Time   // when the ping now unanswered went out; zero: none
+	wantPing bool        // the writer is to send a ping
 }
 
 // open returns the node's stream, opening one if none is.
@@ -57,6 +64,8 @@ func (n *sessionNode) open() *stream {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &stream{bidi: n.rpc.Session(ctx), cancel: cancel, wake: make(chan struct{}, 1), dead: make(chan struct{}),
 		calls: make(map[uint64]chan *fencelockv1.Result)}
+	st.timer = time.AfterFunc(time.Hour, st.watch)
+	st.timer.Stop()
 	n.cur = st
 	go st.write()
 	go func() {
@@ -106,7 +115,14 @@ func (st *stream) add(c *fencelockv1.Call) (chan *fencelockv1.Result, uint64) {
 	st.mu.Lock()
 	st.next++
 	c.Id = st.next
+	if len(st.calls) == 0 {
+		st.heard, st.pingAt = time.Now(), time.Time{}
+	}
 	st.calls[c.Id] = ch
+	if !st.watching {
+		st.watching = true
+		st.timer.Reset(pingAfter)
+	}
 	st.pending = append(st.pending, c)
 	st.mu.Unlock()
 	st.signal()
@@ -143,12 +159,12 @@ func (st *stream) write() {
 		}
 		runtime.Gosched() // calls made together go out together: one write
 		st.mu.Lock()
-		calls, cancels := st.pending, st.cancels
-		st.pending, st.cancels = nil, nil
+		calls, cancels, ping := st.pending, st.cancels, st.wantPing
+		st.pending, st.cancels, st.wantPing = nil, nil, false
 		st.mu.Unlock()
-		for len(calls) > 0 || len(cancels) > 0 {
-			m := &fencelockv1.SessionRequest{Cancel: cancels}
-			cancels = nil
+		for len(calls) > 0 || len(cancels) > 0 || ping {
+			m := &fencelockv1.SessionRequest{Cancel: cancels, Ping: ping}
+			cancels, ping = nil, false
 			for size := 0; len(calls) > 0 && (size < maxMessageBytes || len(m.Calls) == 0); calls = calls[1:] {
 				size += proto.Size(calls[0])
 				m.Calls = append(m.Calls, calls[0])
@@ -172,6 +188,7 @@ func (st *stream) read() {
 			return
 		}
 		st.mu.Lock()
+		st.heard, st.pingAt = time.Now(), time.Time{}
 		for _, r := range m.Results {
 			if ch := st.calls[r.Id]; ch != nil {
 				delete(st.calls, r.Id)
@@ -180,6 +197,46 @@ func (st *stream) read() {
 		}
 		st.mu.Unlock()
 	}
+}
+
+// watch runs on the stream's timer while calls are out. When the node has
+// sent nothing for pingAfter it pings it, and when a ping goes unanswered
+// for pingTimeout it breaks the stream, failing the calls on it: a frozen
+// node (SIGSTOP, a stalled VM) still has its connections accepted by the
+// kernel, and this is how the client finds it out, however long the calls
+// meant to wait. A stream without calls out sends nothing.
+func (st *stream) watch() {
+	ping, silent := st.due(time.Now())
+	switch {
+	case silent:
+		st.fail(fmt.Errorf("the node answered no ping within %v", pingTimeout))
+	case ping:
+		st.signal()
+	}
+}
+
+// due decides what watch does at now, and re-arms the timer.
+func (st *stream) due(now time.Time) (ping, silent bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.err != nil || len(st.calls) == 0:
+		st.watching, st.pingAt = false, time.Time{}
+		return false, false
+	case !st.pingAt.IsZero():
+		left := pingTimeout - now.Sub(st.pingAt)
+		if left <= 0 {
+			return false, true
+		}
+		st.timer.Reset(left)
+		return false, false
+	case now.Sub(st.heard) < pingAfter:
+		st.timer.Reset(pingAfter - now.Sub(st.heard))
+		return false, false
+	}
+	st.pingAt, st.wantPing = now, true
+	st.timer.Reset(pingTimeout)
+	return true, false
 }
 
 // fail ends the stream with err (the first cause wins).

@@ -34,15 +34,18 @@ type node interface {
 	checkSequencer(ctx context.Context, seq string) (*fencelockv1.CheckSequencerResponse, error)
 }
 
-// Timeouts of the default transport. A node that is frozen (SIGSTOP, a
-// stalled VM) still has its TCP connections accepted by the kernel, so the
-// client finds it out with HTTP/2 pings: a connection that receives nothing
-// for pingAfter is pinged, and closed when no answer comes within
-// pingTimeout, failing the calls on it, however long they meant to wait.
+// How a node that stopped answering is found. A node that is frozen
+// (SIGSTOP, a stalled VM) still has its TCP connections accepted by the
+// kernel. A Session stream with calls out pings the node when it has sent
+// nothing for pingAfter, and breaks when no answer comes within
+// pingTimeout (stream.watch); an idle stream costs the node nothing. The
+// default transport checks an idle connection the same way every
+// idleCheck.
 const (
 	dialTimeout = time.Second
 	pingAfter   = time.Second
 	pingTimeout = 2 * time.Second
+	idleCheck   = 30 * time.Second
 )
 
 // newTransport returns the default HTTP transport: HTTP/2 for every
@@ -57,10 +60,10 @@ func newTransport(tlsConf *tls.Config) http.RoundTripper {
 		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
 			return dial(ctx, network, addr)
 		},
-		ReadIdleTimeout: pingAfter,
+		ReadIdleTimeout: idleCheck,
 		PingTimeout:     pingTimeout,
 	}
-	h2 := &http2.Transport{ReadIdleTimeout: pingAfter, PingTimeout: pingTimeout, TLSClientConfig: tlsConf}
+	h2 := &http2.Transport{ReadIdleTimeout: idleCheck, PingTimeout: pingTimeout, TLSClientConfig: tlsConf}
 	return schemes{"http": h2c, "https": h2}
 }
 

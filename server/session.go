@@ -45,7 +45,7 @@ func (a *api) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.Se
 	defer cancel()
 	stop := context.AfterFunc(a.ctx, cancel) // the node closes: the stream ends
 	defer stop()
-	ss := &session{a: a, out: make(chan *fencelockv1.Result, 2*maxSessionCalls), calls: make(map[uint64]*running),
+	ss := &session{a: a, out: make(chan *fencelockv1.Result, 2*maxSessionCalls), pong: make(chan struct{}, 1), calls: make(map[uint64]*running),
 		proposing: make(chan struct{}, maxProposing), stream: ctx, base: context.WithoutCancel(ctx)}
 	written := make(chan struct{})
 	go func() {
@@ -111,6 +111,7 @@ func (ss *session) end(ctx context.Context) {
 type session struct {
 	a   *api
 	out chan *fencelockv1.Result // answers to send
+	pong chan struct{}           // buffered: a ping waits for its answer
 	wg  sync.WaitGroup           // calls running
 	// proposing holds a slot for each call neither answered nor queued
 	// (maxProposing).
@@ -141,6 +142,12 @@ func (ss *session) read(ctx context.Context, st *connect.BidiStream[fencelockv1.
 		m, err := st.Receive()
 		if err != nil {
 			return err
+		}
+		if m.Ping {
+			select {
+			case ss.pong <- struct{}{}:
+			default: // a pong is already due
+			}
 		}
 		ss.mu.Lock()
 		for _, id := range m.Cancel {
@@ -215,30 +222,50 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 }
 
 // write sends the answers as they come, those ready together in one
-// message, until out is closed. After a failed send it only drains out.
+// message, and a pong for each ping, until out is closed. After a failed
+// send it only drains out.
 func (ss *session) write(st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) {
 	broken := false
-	for r := range ss.out {
-		resp := &fencelockv1.SessionResponse{Results: []*fencelockv1.Result{r}}
-		runtime.Gosched() // calls finishing together go out together: one write
-	more:
-		for len(resp.Results) < maxResults {
-			select {
-			case r, ok := <-ss.out:
-				if !ok {
-					break more
-				}
-				resp.Results = append(resp.Results, r)
-			default:
-				break more
+	for {
+		resp := &fencelockv1.SessionResponse{}
+		select {
+		case r, ok := <-ss.out:
+			if !ok {
+				return
 			}
+			resp.Results = append(resp.Results, r)
+			runtime.Gosched() // calls finishing together go out together: one write
+		case <-ss.pong:
+			resp.Pong = true
 		}
+		ss.more(resp)
 		if !broken {
 			broken = st.Send(resp) != nil
 		}
 		ss.mu.Lock()
 		ss.active -= len(resp.Results)
 		ss.mu.Unlock()
+	}
+}
+
+// more adds to resp the answers ready now, up to maxResults, and a pong if
+// one is due.
+func (ss *session) more(resp *fencelockv1.SessionResponse) {
+	select {
+	case <-ss.pong:
+		resp.Pong = true
+	default:
+	}
+	for len(resp.Results) < maxResults {
+		select {
+		case r, ok := <-ss.out:
+			if !ok {
+				return
+			}
+			resp.Results = append(resp.Results, r)
+		default:
+			return
+		}
 	}
 }
 

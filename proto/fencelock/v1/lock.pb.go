@@ -142,7 +142,10 @@ type SessionRequest struct {
 	Calls []*Call                `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
 	// Calls whose callers gave up: each ends as a unary call whose client
 	// went away, and is answered through its own id.
-	Cancel        []uint64 `protobuf:"varint,2,rep,packed,name=cancel,proto3" json:"cancel,omitempty"`
+	Cancel []uint64 `protobuf:"varint,2,rep,packed,name=cancel,proto3" json:"cancel,omitempty"`
+	// Asks the node to answer at once with a message whose pong is set: how
+	// a client with calls out finds a node that stopped answering.
+	Ping          bool `protobuf:"varint,3,opt,name=ping,proto3" json:"ping,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -189,6 +192,13 @@ func (x *SessionRequest) GetCancel() []uint64 {
 		return x.Cancel
 	}
 	return nil
+}
+
+func (x *SessionRequest) GetPing() bool {
+	if x != nil {
+		return x.Ping
+	}
+	return false
 }
 
 // Call is one call of a Session stream.
@@ -318,7 +328,9 @@ func (*Call_CancelWait) isCall_Op() {}
 type SessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Results of calls that ended, in any order.
-	Results       []*Result `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*Result `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// The answer to a ping.
+	Pong          bool `protobuf:"varint,2,opt,name=pong,proto3" json:"pong,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -358,6 +370,13 @@ func (x *SessionResponse) GetResults() []*Result {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *SessionResponse) GetPong() bool {
+	if x != nil {
+		return x.Pong
+	}
+	return false
 }
 
 // Result is one call's answer.
@@ -2374,10 +2393,11 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x16CheckSequencerResponse\x12\x18\n" +
 	"\acurrent\x18\x01 \x01(\bR\acurrent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"R\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\"f\n" +
 	"\x0eSessionRequest\x12(\n" +
 	"\x05calls\x18\x01 \x03(\v2\x12.fencelock.v1.CallR\x05calls\x12\x16\n" +
-	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\"\x88\x02\n" +
+	"\x06cancel\x18\x02 \x03(\x04R\x06cancel\x12\x12\n" +
+	"\x04ping\x18\x03 \x01(\bR\x04ping\"\x88\x02\n" +
 	"\x04Call\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x128\n" +
 	"\aacquire\x18\x02 \x01(\v2\x1c.fencelock.v1.AcquireRequestH\x00R\aacquire\x122\n" +
@@ -2385,9 +2405,10 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\arelease\x18\x04 \x01(\v2\x1c.fencelock.v1.ReleaseRequestH\x00R\arelease\x12B\n" +
 	"\vcancel_wait\x18\x05 \x01(\v2\x1f.fencelock.v1.CancelWaitRequestH\x00R\n" +
 	"cancelWaitB\x04\n" +
-	"\x02op\"A\n" +
+	"\x02op\"U\n" +
 	"\x0fSessionResponse\x12.\n" +
-	"\aresults\x18\x01 \x03(\v2\x14.fencelock.v1.ResultR\aresults\"\xc0\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x14.fencelock.v1.ResultR\aresults\x12\x12\n" +
+	"\x04pong\x18\x02 \x01(\bR\x04pong\"\xc0\x02\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x129\n" +
 	"\aacquire\x18\x02 \x01(\v2\x1d.fencelock.v1.AcquireResponseH\x00R\aacquire\x123\n" +

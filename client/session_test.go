@@ -1,0 +1,120 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testproc"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+)
+
+// pingCounter counts the pings of the Session streams it carries.
+type pingCounter struct {
+	next  http.RoundTripper
+	pings atomic.Int64
+}
+
+func (p *pingCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/Session") && r.Body != nil {
+		r.Body = &pingReader{ReadCloser: r.Body, n: &p.pings}
+	}
+	return p.next.RoundTrip(r)
+}
+
+// pingReader decodes the SessionRequests of a stream's body as it is read.
+type pingReader struct {
+	io.ReadCloser
+	buf []byte
+	n   *atomic.Int64
+}
+
+func (p *pingReader) Read(b []byte) (int, error) {
+	n, err := p.ReadCloser.Read(b)
+	p.buf = append(p.buf, b[:n]...)
+	for len(p.buf) >= 5 {
+		size := int(binary.BigEndian.Uint32(p.buf[1:5]))
+		if len(p.buf) < 5+size {
+			break
+		}
+		var m fencelockv1.SessionRequest
+		if proto.Unmarshal(p.buf[5:5+size], &m) == nil && m.Ping {
+			p.n.Add(1)
+		}
+		p.buf = p.buf[5+size:]
+	}
+	return n, err
+}
+
+// TestStream_PingsOnlyWhileCallsAreOut: a stream with no call out sends
+// nothing; one with a call waiting pings the node, whose answers keep the
+// call alive; and when the node freezes (SIGSTOP: the kernel still holds
+// its connections) the waiting call fails as unanswered within seconds,
+// not after its wait.
+func TestStream_PingsOnlyWhileCallsAreOut(t *testing.T) {
+	srv := testproc.StartServer(t)
+	counter := &pingCounter{next: newTransport(nil)}
+	c := quietTestClient(t, srv.Addr, func(cfg *Config) {
+		cfg.HTTPClient = &http.Client{Transport: counter}
+		cfg.RetryTimeout = 100 * time.Millisecond
+	})
+	other := quietTestClient(t, srv.Addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	holder, err := other.Acquire(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	l, err := c.Acquire(ctx, "opens-the-stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * pingAfter)
+	if n := counter.pings.Load(); n != 0 {
+		t.Fatalf("a stream without calls out sent %d pings, want none", n)
+	}
+
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "held", WithWait(30*time.Second))
+		waited <- err
+	}()
+	time.Sleep(pingAfter + pingTimeout + pingAfter/2)
+	select {
+	case err := <-waited:
+		t.Fatalf("a waiting acquire on a live node ended: %v", err)
+	default:
+	}
+	if n := counter.pings.Load(); n == 0 {
+		t.Fatal("a stream with a call waiting for over a second sent no ping")
+	}
+
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Signal(syscall.SIGCONT)
+	stopped := time.Now()
+	select {
+	case err := <-waited:
+		if !errors.Is(err, fencelock.ErrUnavailable) {
+			t.Fatalf("acquire waiting on a frozen node = %v, want an error wrapping ErrUnavailable", err)
+		}
+		t.Logf("the wait on the frozen node failed %v after the stop", time.Since(stopped).Round(time.Millisecond))
+	case <-time.After(3 * (pingAfter + pingTimeout)):
+		t.Fatalf("an acquire waiting on a frozen node still waits %v after the stop", time.Since(stopped).Round(time.Second))
+	}
+}
