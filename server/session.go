@@ -109,10 +109,10 @@ func (ss *session) end(ctx context.Context) {
 
 // session is one Session stream's calls.
 type session struct {
-	a   *api
-	out chan *fencelockv1.Result // answers to send
-	pong chan struct{}           // buffered: a ping waits for its answer
-	wg  sync.WaitGroup           // calls running
+	a    *api
+	out  chan *fencelockv1.Result // answers to send
+	pong chan struct{}            // buffered: a ping waits for its answer
+	wg   sync.WaitGroup           // calls running
 	// proposing holds a slot for each call neither answered nor queued
 	// (maxProposing).
 	proposing chan struct{}
