@@ -17,19 +17,19 @@ import (
 // a grant across processes. Errors: fencelock.ErrNotHolder,
 // fencelock.ErrLeaseExpired, fencelock.ErrUnavailable.
 func (c *Client) Renew(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) (time.Duration, error) {
-	resp, err := c.renew(ctx, name, id, token)
+	resp, err := c.renew(ctx, name, id, token, false)
 	return resp.GetTtl().AsDuration(), err
 }
 
-// renew is Renew, with the answer's new sequencer.
-func (c *Client) renew(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token) (*fencelockv1.RenewResponse, error) {
+// renew is Renew; with seq, the answer carries a new sequencer.
+func (c *Client) renew(ctx context.Context, name string, id fencelock.LeaseID, token fencelock.Token, seq bool) (*fencelockv1.RenewResponse, error) {
 	if err := fencelock.LockName(name).Validate(); err != nil {
 		return nil, fmt.Errorf("renew: %w", err)
 	}
 	var resp *fencelockv1.RenewResponse
 	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		var err error
-		resp, err = ep.node.renew(ctx, &fencelockv1.RenewRequest{Name: name, LeaseId: string(id), Token: uint64(token)})
+		resp, err = ep.node.renew(ctx, &fencelockv1.RenewRequest{Name: name, LeaseId: string(id), Token: uint64(token), NoSequencer: !seq})
 		return err
 	})
 	if err != nil {

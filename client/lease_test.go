@@ -1,13 +1,17 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock"
-	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testproc"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/sequencer"
 )
 
 // After a pause of the process, the lease's deadline has passed but the
@@ -82,5 +86,53 @@ func TestOnRenewGrid(t *testing.T) {
 	other := born.Add(renewGrid / 2)
 	if at := a.Add(onRenewGrid(other, a, time.Second)).Sub(born); at%renewGrid == 0 {
 		t.Errorf("a client made %v later renews on the first client's grid (+%v)", renewGrid/2, at)
+	}
+}
+
+// TestLock_RenewalsSignOnlyOnceSequencerIsRead: a lock whose Sequencer was
+// never called renews without new sequencers; the first call, once the
+// grant's sequencer no longer covers the lease, gets one that does, and
+// from then on each renewal brings a new one.
+func TestLock_RenewalsSignOnlyOnceSequencerIsRead(t *testing.T) {
+	srv := testproc.StartServer(t)
+	c := quietTestClient(t, srv.Addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := c.Acquire(ctx, "seq", WithTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	held := func() string {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.sequencer
+	}
+	leaseEnd := func(text string) time.Time {
+		t.Helper()
+		s, _, _, err := sequencer.Parse(text)
+		if err != nil {
+			t.Fatalf("sequencer %q: %v", text, err)
+		}
+		return s.LeaseEnd
+	}
+	first := held()
+	time.Sleep(1500 * time.Millisecond) // four renewals
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if held() != first {
+		t.Fatal("renewals of a lock whose Sequencer was never read brought new sequencers")
+	}
+	if end := leaseEnd(first); end.After(time.Now()) {
+		t.Fatalf("the grant's sequencer covers the lease until %v, past its first TTL", end)
+	}
+	got := l.Sequencer()
+	if end := leaseEnd(got); !end.After(time.Now()) {
+		t.Fatalf("Sequencer() = one whose lease ended at %v, want one covering the lease", end)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	if now := held(); now == got || !leaseEnd(now).After(time.Now()) {
+		t.Fatal("after Sequencer was read, renewals did not bring sequencers that cover the lease")
 	}
 }

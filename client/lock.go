@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencelock/fencelock"
@@ -30,7 +31,9 @@ type Lock struct {
 
 	mu        sync.Mutex
 	deadline  time.Time   // monotonic: last confirmed renewal start + TTL - margin
-	sequencer string      // the latest: from the grant, then from each renewal
+	sequencer string      // the latest: from the grant, then from renewals
+	seqUntil  time.Time   // the deadline as of the call that brought sequencer
+	seqWanted atomic.Bool // Sequencer was called: renewals bring new ones
 	timer     *time.Timer // fires at deadline
 	renewal   *time.Timer // fires when the next renewal is due; runs renew
 	// renewing is held while a renewal runs, so that Release can wait
@@ -45,6 +48,7 @@ func (c *Client) newLock(g *fencelockv1.Grant, start time.Time, margin time.Dura
 	l.mu.Lock()
 	l.sequencer = g.Sequencer
 	l.deadline = start.Add(l.ttl - margin)
+	l.seqUntil = l.deadline
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
 	// Renewals run on a timer, not in a goroutine of their own: a lock
 	// released before its first renewal (most of them) costs no goroutine,
@@ -61,12 +65,28 @@ func (l *Lock) Name() string { return l.name }
 func (l *Lock) Token() fencelock.Token { return l.token }
 
 // Sequencer returns the grant's latest signed proof (package sequencer)
-// for resources that verify one: the grant's, then each renewal's, valid
-// until the lease it came with ends. "" if the cluster signs none.
+// for resources that verify one, valid until the lease it came with ends:
+// the grant's, then each renewal's. Renewals bring new ones only once
+// Sequencer has been called (signing costs the node more than the rest of
+// a renewal); so the first call, when the grant's proof no longer covers
+// the lease, renews the lease first (a round trip, bounded by the renewal
+// interval). "" if the cluster signs none, or no proof covering the lease
+// could be had.
 func (l *Lock) Sequencer() string {
+	l.seqWanted.Store(true)
+	l.mu.Lock()
+	seq, fresh := l.sequencer, time.Now().Before(l.seqUntil)
+	l.mu.Unlock()
+	if fresh || seq == "" {
+		return seq
+	}
+	l.renew()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.sequencer
+	if time.Now().Before(l.seqUntil) {
+		return l.sequencer
+	}
+	return ""
 }
 
 // ClusterID returns the id of the cluster that made the grant.
@@ -167,14 +187,14 @@ func (l *Lock) renew() {
 	interval := l.renewInterval()
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(l.ctx, interval)
-	resp, err := l.c.renew(rctx, l.name, l.leaseID, l.token)
+	resp, err := l.c.renew(rctx, l.name, l.leaseID, l.token, l.seqWanted.Load())
 	cancel()
 	switch {
 	case err == nil:
 		l.extend(start.Add(l.ttl - l.margin))
 		if seq := resp.GetSequencer(); seq != "" {
 			l.mu.Lock()
-			l.sequencer = seq
+			l.sequencer, l.seqUntil = seq, start.Add(l.ttl-l.margin)
 			l.mu.Unlock()
 		}
 		l.scheduleRenewal(onRenewGrid(l.c.born, time.Now(), interval))
@@ -206,16 +226,14 @@ func (l *Lock) scheduleRenewal(d time.Duration) {
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.timer.Stop()
-	pending := l.renewal.Stop()
+	l.renewal.Stop()
 	held := l.ctx.Err() == nil && time.Now().Before(l.deadline) // not lost before this call (see Err)
-	l.cancel(ErrReleased)                                       // no renewal is scheduled after this
+	l.cancel(ErrReleased)                                       // no renewal starts after this
 	l.mu.Unlock()
-	if !pending {
-		// A renewal may be under way (its call ends with the context):
-		// wait for it, so that no renewal follows the release.
-		l.renewing.Lock()
-		l.renewing.Unlock() // renew has returned
-	}
+	// A renewal may be under way (its call ends with the context): wait for
+	// it, so that no renewal follows the release.
+	l.renewing.Lock()
+	l.renewing.Unlock()
 	return l.c.release(ctx, l.name, l.leaseID, l.token, held)
 }
 

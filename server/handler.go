@@ -182,15 +182,19 @@ func acquireResponse(g fencelock.Grant) *fencelockv1.AcquireResponse {
 		Sequencer: g.Sequencer, ClusterId: g.ClusterID}}
 }
 
-// renew renews a grant and returns the answer, with a new sequencer.
+// renew renews a grant and returns the answer, with a new sequencer unless
+// the request asks for none.
 func (s *Server) renew(ctx context.Context, m *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
 	name, id, tok := fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)
 	ttl, err := s.Renew(ctx, name, id, tok)
 	if err != nil {
 		return nil, err
 	}
-	seq, _ := s.sequence(name, tok, id, ttl)
-	return &fencelockv1.RenewResponse{Ttl: durationpb.New(ttl), Sequencer: seq}, nil
+	resp := &fencelockv1.RenewResponse{Ttl: durationpb.New(ttl)}
+	if !m.NoSequencer {
+		resp.Sequencer, _ = s.sequence(name, tok, id, ttl)
+	}
+	return resp, nil
 }
 
 func (a *api) Acquire(ctx context.Context, req *connect.Request[fencelockv1.AcquireRequest]) (*connect.Response[fencelockv1.AcquireResponse], error) {

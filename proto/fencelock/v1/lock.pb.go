@@ -898,10 +898,13 @@ func (x *AcquireResponse) GetGrant() *Grant {
 }
 
 type RenewRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	LeaseId       string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	LeaseId string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Token   uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// Renew without signing a new sequencer (a holder that does not use
+	// them): the answer's sequencer is then empty.
+	NoSequencer   bool `protobuf:"varint,4,opt,name=no_sequencer,json=noSequencer,proto3" json:"no_sequencer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -955,6 +958,13 @@ func (x *RenewRequest) GetToken() uint64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *RenewRequest) GetNoSequencer() bool {
+	if x != nil {
+		return x.NoSequencer
+	}
+	return false
 }
 
 type RenewResponse struct {
@@ -2445,11 +2455,12 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x06 \x01(\tR\tclusterId\"<\n" +
 	"\x0fAcquireResponse\x12)\n" +
-	"\x05grant\x18\x01 \x01(\v2\x13.fencelock.v1.GrantR\x05grant\"S\n" +
+	"\x05grant\x18\x01 \x01(\v2\x13.fencelock.v1.GrantR\x05grant\"v\n" +
 	"\fRenewRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"Z\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12!\n" +
+	"\fno_sequencer\x18\x04 \x01(\bR\vnoSequencer\"Z\n" +
 	"\rRenewResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1c\n" +
 	"\tsequencer\x18\x02 \x01(\tR\tsequencer\"U\n" +
