@@ -174,15 +174,21 @@ func (a *acquisition) send(ctx context.Context, wait time.Duration, keepPlace bo
 // granted turns grant g into a Lock. A grant that may be older than the
 // lease's count from a.first (it came after a wait or a retry, or with the
 // caller's own request id) is renewed first, so that the lease counts
-// from a known point.
+// from a known point. A grant of a request made by this acquisition came
+// after a.first, so its sequencer covers the lease until a.first + TTL;
+// one found by the caller's own request id may be older, and takes the
+// renewal's sequencer.
 func (a *acquisition) granted(ctx context.Context, g *fencelockv1.Grant) (*Lock, error) {
-	start := a.first
+	start, seqStart := a.first, a.first
 	if a.ownID || time.Since(start) > a.o.margin {
 		now := time.Now()
-		_, err := a.c.Renew(ctx, a.name, fencelock.LeaseID(g.LeaseId), fencelock.Token(g.Token))
+		resp, err := a.c.renew(ctx, a.name, fencelock.LeaseID(g.LeaseId), fencelock.Token(g.Token), a.ownID)
 		switch {
 		case err == nil:
 			start = now
+			if seq := resp.GetSequencer(); seq != "" {
+				g.Sequencer, seqStart = seq, now
+			}
 		case errors.Is(err, fencelock.ErrNotHolder) || errors.Is(err, fencelock.ErrLeaseExpired):
 			a.state = stateRefused
 			return nil, fmt.Errorf("grant lost before use: %w", err)
@@ -193,7 +199,7 @@ func (a *acquisition) granted(ctx context.Context, g *fencelockv1.Grant) (*Lock,
 		}
 	}
 	a.state = stateGranted
-	return a.c.newLock(g, start, a.o.margin), nil
+	return a.c.newLock(g, start, seqStart, a.o.margin), nil
 }
 
 // abandon ends an acquisition whose outcome is unknown with err: whatever

@@ -17,6 +17,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/sequencer"
 	"github.com/fencelock/fencelock/server"
 )
 
@@ -427,6 +428,12 @@ func TestAcquire_OwnRequestIDLeaseCountsFromARenewal(t *testing.T) {
 	if l2.Deadline().After(li.Expires) {
 		t.Errorf("the Lock believes in its lease until %v, %v after the node lets it expire (%v)",
 			l2.Deadline().Format(time.StampMilli), l2.Deadline().Sub(li.Expires), li.Expires.Format(time.StampMilli))
+	}
+	// Its sequencer covers the lease as long as the Lock believes in it:
+	// the old grant's own sequencer ended with the lease it came with.
+	if seq, _, _, err := sequencer.Parse(l2.Sequencer()); err != nil || seq.LeaseEnd.Before(l2.Deadline()) {
+		t.Errorf("the Lock's sequencer covers the lease until %v (%v), before the Lock's deadline %v",
+			seq.LeaseEnd.Format(time.StampMilli), err, l2.Deadline().Format(time.StampMilli))
 	}
 }
 

@@ -24,7 +24,7 @@ func TestLock_ErrReadsTheDeadline(t *testing.T) {
 	}
 	defer c.Close()
 	g := &fencelockv1.Grant{Name: "l", Token: 7, LeaseId: string(fencelock.NewLeaseID()), Ttl: durationpb.New(time.Hour)}
-	l := c.newLock(g, time.Now(), time.Minute)
+	l := c.newLock(g, time.Now(), time.Now(), time.Minute)
 	defer func() {
 		l.mu.Lock()
 		l.timer.Stop()

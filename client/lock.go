@@ -41,14 +41,16 @@ type Lock struct {
 	renewing sync.Mutex
 }
 
-func (c *Client) newLock(g *fencelockv1.Grant, start time.Time, margin time.Duration) *Lock {
+// newLock returns the Lock of grant g whose lease counts from start; its
+// sequencer covers the lease at least until seqStart + TTL.
+func (c *Client) newLock(g *fencelockv1.Grant, start, seqStart time.Time, margin time.Duration) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{c: c, name: g.Name, token: fencelock.Token(g.Token), leaseID: fencelock.LeaseID(g.LeaseId),
 		ttl: g.Ttl.AsDuration(), margin: margin, cluster: g.ClusterId, ctx: ctx, cancel: cancel}
 	l.mu.Lock()
 	l.sequencer = g.Sequencer
 	l.deadline = start.Add(l.ttl - margin)
-	l.seqUntil = l.deadline
+	l.seqUntil = seqStart.Add(l.ttl - margin)
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
 	// Renewals run on a timer, not in a goroutine of their own: a lock
 	// released before its first renewal (most of them) costs no goroutine,
