@@ -73,7 +73,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageErr("--log-level %q: want debug, info, warn or error", *logLevel)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	lw := newLineWriter(stderr)
+	defer lw.Close()
+	log := slog.New(slog.NewTextHandler(lw, &slog.HandlerOptions{Level: level}))
 	cfg.Logger = log
 	peers, err := parsePairs(*bootstrap, "--bootstrap")
 	if err != nil {
