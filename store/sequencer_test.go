@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -97,16 +98,30 @@ func TestServer_BoundsBufferedBodies(t *testing.T) {
 		}
 		first <- err
 	}()
-	if _, err := pw.Write(make([]byte, 1000)); err != nil { // the first body is being read: its room is taken
+	t.Cleanup(func() { pw.CloseWithError(errors.New("test ended")) }) // before the store stops
+	// More than the transport buffers: the first request reaches the store.
+	const sent = 8 << 10
+	if _, err := pw.Write(make([]byte, sent)); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	defer cancel()
-	_, err := ts.client.Put(ctx, "b", 5, bytes.NewReader(make([]byte, 1000)))
-	if err == nil {
-		t.Fatal("a second body was buffered beside a first that takes all the room")
+	// Until the store has taken the first body's room a second may pass;
+	// once it has, a second waits (and its call runs out).
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		_, err := ts.client.Put(ctx, fmt.Sprintf("probe%d", i), 5, bytes.NewReader(make([]byte, 1000)))
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("second body: %v, want it to wait for room", err)
+		}
+		if i == 20 {
+			t.Fatal("second bodies were buffered beside a first that takes all the room")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	go func() { _, _ = pw.Write(make([]byte, 1<<20-1000)); pw.Close() }()
+	go func() { _, _ = pw.Write(make([]byte, 1<<20-sent)); pw.Close() }()
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
