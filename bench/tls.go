@@ -37,7 +37,7 @@ func MakeTLS(bin, dir string) (TLSFiles, error) {
 // serveArgs are the node flags of a TLS run.
 func (f TLSFiles) serveArgs() []string {
 	return []string{"--cert-file", f.Cert, "--key-file", f.Key, "--trusted-ca-file", f.CA, "--client-cert-auth", "--policy-file", f.Policy,
-		"--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA}
+		"--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA, "--peer-allowed-names", "node"}
 }
 
 // Client returns the client configuration: the CA and the certificate.

@@ -22,10 +22,18 @@ type Config struct {
 	// APIAddr is the API address other nodes and clients reach this node
 	// at; followers name the leader's in their not_leader answers.
 	APIAddr string
-	// PeerTLS, if set, makes Raft links mutual TLS (tlsconf.Peer): a
-	// connection whose peer has no certificate of the cluster's CA is
-	// closed before any RPC is read.
+	// PeerTLS, if set, makes Raft links mutual TLS (tlsconf.Peer). A
+	// connection is accepted, and dialed, only when the peer's certificate
+	// chains to the peer CA and names a member of the node's current Raft
+	// configuration (its node id, as the Common Name or a DNS name) or one
+	// of PeerAllowedNames; it is closed before Raft reads a byte, and an
+	// open one fails at its next read once its peer is removed. A node
+	// whose configuration is empty (Join, not yet added) admits any
+	// certificate of the peer CA, or only PeerAllowedNames if set.
 	PeerTLS *tls.Config
+	// PeerAllowedNames names certificates admitted to Raft besides the
+	// members' own (one certificate shared by every node, say).
+	PeerAllowedNames []string
 	// ACL, if set, authenticates callers and grants them permissions on
 	// lock-name prefixes (ParseACL); nil lets everyone do everything.
 	ACL *acl.ACL

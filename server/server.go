@@ -25,12 +25,14 @@ import (
 
 // Server is one node of the lock service.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	fsm    *fsm.FSM
-	raft   *raft.Raft
-	store  *raftStore
-	trans  *raft.NetworkTransport
+	cfg   Config
+	log   *slog.Logger
+	fsm   *fsm.FSM
+	raft  *raft.Raft
+	store *raftStore
+	trans *raft.NetworkTransport
+	// peers says who may speak Raft with this node (with PeerTLS).
+	peers  *peerGate
 	leases *leaseTable
 	// claims ties waiting requests to the calls that wait for them.
 	claims *claims
@@ -105,7 +107,8 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		store.Close()
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	trans, err := openTransport(cfg, raftLog)
+	s.peers = &peerGate{allowed: cfg.PeerAllowedNames}
+	trans, err := openTransport(cfg, raftLog, s.peers)
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -136,6 +139,7 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	s.raft = r
+	s.peers.raft.Store(r)
 	s.leaderCheck = &leaderCheck{verify: func() error { return r.VerifyLeader().Error() }}
 	s.raftStarted.Store(true)
 	s.metrics.reg.MustRegister(newGauges(s))
@@ -151,8 +155,9 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// openTransport listens on the node's Raft address.
-func openTransport(cfg Config, raftLog hclog.Logger) (*raft.NetworkTransport, error) {
+// openTransport listens on the node's Raft address; with PeerTLS, gate
+// says which peers may connect or be connected to.
+func openTransport(cfg Config, raftLog hclog.Logger, gate *peerGate) (*raft.NetworkTransport, error) {
 	addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
 	if err != nil {
 		return nil, fmt.Errorf("resolve raft address %q: %w", cfg.RaftAddr, err)
@@ -172,7 +177,7 @@ func openTransport(cfg Config, raftLog hclog.Logger) (*raft.NetworkTransport, er
 	if err != nil {
 		return nil, fmt.Errorf("listen on raft address %q: %w", cfg.RaftAddr, err)
 	}
-	tc.Stream = newTLSStream(ln, addr, cfg.PeerTLS)
+	tc.Stream = newTLSStream(ln, addr, cfg.PeerTLS, gate, cfg.Logger)
 	return raft.NewNetworkTransportWithConfig(tc), nil
 }
 

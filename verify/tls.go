@@ -41,7 +41,7 @@ func (t *tlsRun) serveArgs() []string {
 	}
 	f := t.files
 	return []string{"--cert-file", f.Cert, "--key-file", f.Key, "--trusted-ca-file", f.CA, "--client-cert-auth",
-		"--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA}
+		"--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA, "--peer-allowed-names", "node"}
 }
 
 // clientTLS is the client configuration (nil without TLS).

@@ -110,6 +110,12 @@ func applyTLS(cfg *server.Config, tf *tlsFlags, listen string) (*tls.Config, err
 	if cfg.PeerTLS, err = tf.peer(); err != nil {
 		return nil, err
 	}
+	if tf.peerAllowed != "" {
+		if cfg.PeerTLS == nil {
+			return nil, usageErr("--peer-allowed-names needs --peer-cert-file, --peer-key-file and --peer-trusted-ca-file")
+		}
+		cfg.PeerAllowedNames = strings.Split(tf.peerAllowed, ",")
+	}
 	if cfg.APITLS, err = tf.nodeClient(); err != nil {
 		return nil, usageErr("%v", err)
 	}

@@ -25,6 +25,7 @@ type tlsFlags struct {
 	peerCert       string
 	peerKey        string
 	peerCA         string
+	peerAllowed    string
 	insecure       bool
 	tokens, policy string // the ACL's files
 }
@@ -41,7 +42,8 @@ func (t *tlsFlags) register(fs *flag.FlagSet, peer bool) {
 	if peer {
 		fs.StringVar(&t.peerCert, "peer-cert-file", "", "TLS certificate of this node's Raft links (mutual TLS: peers must present one of --peer-trusted-ca-file)")
 		fs.StringVar(&t.peerKey, "peer-key-file", "", "key of --peer-cert-file")
-		fs.StringVar(&t.peerCA, "peer-trusted-ca-file", "", "the cluster's CA: Raft peers must present a certificate it signed")
+		fs.StringVar(&t.peerCA, "peer-trusted-ca-file", "", "the peer CA: Raft peers must present a certificate it signed that names a member (its node id as Common Name or DNS name)")
+		fs.StringVar(&t.peerAllowed, "peer-allowed-names", "", "names (Common Name or DNS name) of peer certificates admitted to Raft besides the members' own, comma-separated")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -23,20 +24,33 @@ import (
 // "fencelock tls" and returns their files.
 func devCerts(t *testing.T) tlsconf.Files {
 	t.Helper()
-	dir := t.TempDir()
-	ctx := t.Context()
-	for _, args := range [][]string{{"tls", "ca", "--dir", dir}, {"tls", "cert", "node", "--dir", dir, "--hosts", "127.0.0.1,localhost"}} {
-		if out, code := testproc.Run(ctx, t, nil, args...); code != 0 || !strings.Contains(out, "wrote") {
-			t.Fatalf("fencelock %v exited %d: %s", args, code, out)
+	return certsIn(t, t.TempDir(), "node")
+}
+
+// certsIn makes a CA in dir and a certificate of it for each name (for
+// 127.0.0.1 and localhost), and returns the files of the first.
+func certsIn(t *testing.T, dir string, names ...string) tlsconf.Files {
+	t.Helper()
+	if out, code := testproc.Run(t.Context(), t, nil, "tls", "ca", "--dir", dir); code != 0 || !strings.Contains(out, "wrote") {
+		t.Fatalf("fencelock tls ca exited %d: %s", code, out)
+	}
+	for _, n := range names {
+		if out, code := testproc.Run(t.Context(), t, nil, "tls", "cert", n, "--dir", dir, "--hosts", "127.0.0.1,localhost"); code != 0 || !strings.Contains(out, "wrote") {
+			t.Fatalf("fencelock tls cert %s exited %d: %s", n, code, out)
 		}
 	}
-	return tlsconf.Files{Cert: filepath.Join(dir, "node.pem"), Key: filepath.Join(dir, "node-key.pem"), CA: filepath.Join(dir, "ca.pem")}
+	return certOf(dir, names[0])
+}
+
+// certOf names the files of the certificate name made in dir.
+func certOf(dir, name string) tlsconf.Files {
+	return tlsconf.Files{Cert: filepath.Join(dir, name+".pem"), Key: filepath.Join(dir, name+"-key.pem"), CA: filepath.Join(dir, "ca.pem")}
 }
 
 // injectTerm sends a follower an AppendEntries of a non-member with a
-// term five above the cluster's, over plain TCP, and returns the term the
-// follower then reports.
-func injectTerm(t *testing.T, c *testproc.Cluster) (sent, after uint64, err error) {
+// term five above the cluster's, over plain TCP (as, nil) or over TLS
+// with the certificate as, and returns the term the follower then reports.
+func injectTerm(t *testing.T, c *testproc.Cluster, as *tlsconf.Files) (sent, after uint64, err error) {
 	t.Helper()
 	l := c.WaitLeader(-1)
 	f := (l + 1) % len(c.Nodes)
@@ -49,10 +63,7 @@ func injectTerm(t *testing.T, c *testproc.Cluster) (sent, after uint64, err erro
 	if serr != nil {
 		t.Fatal(serr)
 	}
-	trans, terr := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
-	if terr != nil {
-		t.Fatal(terr)
-	}
+	trans := intruderTransport(t, as)
 	defer trans.Close()
 	sent = st.Term + 5
 	req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("intruder"), Addr: []byte(trans.LocalAddr())},
@@ -67,18 +78,51 @@ func injectTerm(t *testing.T, c *testproc.Cluster) (sent, after uint64, err erro
 	return sent, st.Term, err
 }
 
+// intruderTransport is a Raft transport of a process that is no node:
+// plain TCP, or TLS with the certificate as.
+func intruderTransport(t *testing.T, as *tlsconf.Files) *raft.NetworkTransport {
+	t.Helper()
+	if as == nil {
+		trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return trans
+	}
+	conf, err := tlsconf.Peer(*as)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raft.NewNetworkTransport(tlsDialer{Listener: ln, conf: conf}, 1, 2*time.Second, io.Discard)
+}
+
+// tlsDialer is a raft.StreamLayer that dials over TLS.
+type tlsDialer struct {
+	net.Listener
+	conf *tls.Config
+}
+
+func (d tlsDialer) Dial(a raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", string(a), d.conf)
+}
+
 // TestTLS_RaftRefusesPeersWithoutTheClustersCertificate: on a plain
 // cluster a process that is not a member moves a follower's term with a
 // raw AppendEntries; on a cluster with peer TLS the connection is refused
 // before the RPC is read.
 func TestTLS_RaftRefusesPeersWithoutTheClustersCertificate(t *testing.T) {
 	plain := testproc.StartCluster(t, 3)
-	if sent, after, err := injectTerm(t, plain); err != nil || after < sent {
+	if sent, after, err := injectTerm(t, plain, nil); err != nil || after < sent {
 		t.Fatalf("the control: on a plain cluster the injection got %v and left term %d, want term %d: the test would not bite", err, after, sent)
 	}
 	f := devCerts(t)
-	secured := testproc.StartCluster(t, 3, "--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA)
-	sent, after, err := injectTerm(t, secured)
+	secured := testproc.StartCluster(t, 3, "--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA,
+		"--peer-allowed-names", "node")
+	sent, after, err := injectTerm(t, secured, nil)
 	if err == nil || after >= sent {
 		t.Fatalf("on a peer-TLS cluster the injection got %v and left term %d (sent %d): want refused, term unchanged", err, after, sent)
 	}

@@ -22,7 +22,8 @@ type Cluster struct {
 var DefaultClusterFlags = []string{"--heartbeat-timeout", "1s", "--election-timeout", "1s"}
 
 // StartCluster starts n nodes bootstrapped together, with extra flags for
-// every node, and waits until one leads.
+// every node ("{node}" in a flag becomes the node's id, NodeID), and waits
+// until one leads.
 func StartCluster(tb testing.TB, n int, extra ...string) *Cluster {
 	tb.Helper()
 	c := &Cluster{tb: tb, links: map[[2]int]*Proxy{}}
@@ -44,7 +45,10 @@ func StartCluster(tb testing.TB, n int, extra ...string) *Cluster {
 			over = append(over, fmt.Sprintf("%s=%s", NodeID(j), p.Addr))
 		}
 		s.Args = append([]string{"--node-id", NodeID(i), "--bootstrap", strings.Join(boot, ","),
-			"--raft-peer-addrs", strings.Join(over, ",")}, append(append([]string(nil), DefaultClusterFlags...), extra...)...)
+			"--raft-peer-addrs", strings.Join(over, ",")}, DefaultClusterFlags...)
+		for _, a := range extra {
+			s.Args = append(s.Args, strings.ReplaceAll(a, "{node}", NodeID(i)))
+		}
 	}
 	for _, s := range c.Nodes {
 		s.Start()

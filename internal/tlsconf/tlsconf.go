@@ -2,10 +2,11 @@
 // PEM files, and makes a development CA and certificates for them
 // ("fencelock tls").
 //
-// Raft between nodes is mutual TLS with the cluster's CA: both sides present
-// a certificate the CA signed, and nothing else is checked (a peer's
-// address need not be in its certificate; membership is Raft's). The API
-// and the store are HTTPS, with client certificates required when asked.
+// Raft between nodes is mutual TLS with the peer CA: both sides present a
+// certificate the CA signed (a peer's address need not be in it); which
+// names may speak Raft is the node's check (server's peer gate: members of
+// the Raft configuration). The API and the store are HTTPS, with client
+// certificates required when asked.
 package tlsconf
 
 import (
