@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -38,12 +39,16 @@ const AdminIdentity = "admin"
 // Anonymous is the identity of a caller that presented no credential.
 const Anonymous = "anonymous"
 
-// badToken marks a caller whose bearer token nobody issued.
-const badToken = "\x00bad-token"
+// badToken marks a caller whose bearer token nobody issued, and badCert
+// one whose client certificate names nobody: every check refuses them.
+const (
+	badToken = "\x00bad-token"
+	badCert  = "\x00bad-certificate"
+)
 
 // ACL authenticates callers and says what each may do. A caller is the
 // identity of its bearer token (tokens file: "IDENTITY SHA256-HEX-OF-TOKEN"
-// per line), or else the Common Name of its client certificate, or else
+// per line), or else its client certificate's (CertIdentity), or else
 // Anonymous. The policy ("IDENTITY PERMISSION[,PERMISSION] PREFIX" per line;
 // PREFIX "*" for every name, IDENTITY "*" for every caller but Anonymous)
 // grants permissions on lock names starting with PREFIX.
@@ -134,11 +139,39 @@ func (a *ACL) Allows(identity string, perm Permission, name string) bool {
 		return true
 	}
 	for _, g := range a.grants {
-		if (g.identity == identity || g.identity == "*" && identity != Anonymous) && g.perms&perm != 0 && strings.HasPrefix(name, g.prefix) {
+		if (g.identity == identity || g.identity == "*" && named(identity)) && g.perms&perm != 0 && strings.HasPrefix(name, g.prefix) {
 			return true
 		}
 	}
 	return false
+}
+
+// named reports whether identity is a caller's name: not Anonymous, nor
+// one of the marks of a credential nobody issued.
+func named(identity string) bool {
+	return identity != Anonymous && identity != badToken && identity != badCert
+}
+
+// CertIdentity returns the identity a client certificate names: its Common
+// Name, or without one its first DNS name, or its first URI, or its first
+// email address. A certificate that names none of them, or whose name is
+// AdminIdentity or Anonymous, has no identity (ok false): its caller is
+// refused by every check of an active ACL.
+func CertIdentity(c *x509.Certificate) (id string, ok bool) {
+	switch {
+	case c.Subject.CommonName != "":
+		id = c.Subject.CommonName
+	case len(c.DNSNames) > 0:
+		id = c.DNSNames[0]
+	case len(c.URIs) > 0:
+		id = c.URIs[0].String()
+	case len(c.EmailAddresses) > 0:
+		id = c.EmailAddresses[0]
+	}
+	if id == "" || id == AdminIdentity || id == Anonymous {
+		return "", false
+	}
+	return id, true
 }
 
 type identityKey struct{}
@@ -158,8 +191,9 @@ func IdentityOf(ctx context.Context) string {
 
 // Middleware puts the caller's identity in each request's context
 // (IdentityOf): the admin token's (AdminIdentity; adminToken may be ""), a
-// token's of a, or the client certificate's Common Name. A bearer token
-// nobody issued makes a caller every check refuses.
+// token's of a, or the client certificate's (CertIdentity). A bearer token
+// nobody issued, or a certificate without an identity, makes a caller
+// every check refuses.
 func (a *ACL) Middleware(adminToken string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := Anonymous
@@ -173,7 +207,10 @@ func (a *ACL) Middleware(adminToken string, next http.Handler) http.Handler {
 				id = badToken
 			}
 		} else if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-			id = r.TLS.PeerCertificates[0].Subject.CommonName
+			id = badCert
+			if name, ok := CertIdentity(r.TLS.PeerCertificates[0]); ok {
+				id = name
+			}
 		}
 		next.ServeHTTP(w, r.WithContext(WithIdentity(r.Context(), id)))
 	})
@@ -198,6 +235,10 @@ func (a *ACL) Check(ctx context.Context, perm Permission, name string) error {
 	}
 	if id == badToken {
 		return fmt.Errorf("%q: the bearer token is not one of those issued: %w", name, fencelock.ErrUnauthenticated)
+	}
+	if id == badCert {
+		return fmt.Errorf("%q: the client certificate names no identity (a Common Name, DNS name, URI or email address; not %q or %q): %w",
+			name, AdminIdentity, Anonymous, fencelock.ErrUnauthenticated)
 	}
 	if id == Anonymous {
 		return fmt.Errorf("%q: a credential is needed (a bearer token or a client certificate): %w", name, fencelock.ErrUnauthenticated)

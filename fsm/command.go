@@ -38,15 +38,18 @@ type Command struct {
 	Token     fencelock.Token
 	TTL       int64 // nanoseconds
 	Wait      bool  // an Acquire that may queue
-	// Owner is the identity of the caller of an Acquire or CancelWait
-	// ("" without authentication, and for the node's own take-backs): a
-	// request id answers, and cancels, only for its owner.
+	// Owner is the identity of the caller of an Acquire or CancelWait (""
+	// without authentication): a request id answers, and cancels, only for
+	// its owner.
 	Owner string
+	// ByNode marks the node's own commands (a take-back's CancelWait),
+	// which may touch any owner's request.
+	ByNode bool
 }
 
 // Encode returns the command's log bytes: formatVersion, then op, now,
-// name, request id, holder, lease id, token, TTL, wait and owner, as
-// varints and length-prefixed strings.
+// name, request id, holder, lease id, token, TTL, wait, owner and by-node,
+// as varints, bytes and length-prefixed strings.
 func (c Command) Encode() []byte {
 	b := make([]byte, 0, 32+len(c.Name)+len(c.RequestID)+len(c.Holder)+len(c.LeaseID))
 	b = append(b, formatVersion, byte(c.Op))
@@ -57,13 +60,17 @@ func (c Command) Encode() []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(c.Token))
 	b = binary.AppendVarint(b, c.TTL)
-	if c.Wait {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
-	}
+	b = append(b, flag(c.Wait))
 	b = binary.AppendUvarint(b, uint64(len(c.Owner)))
-	return append(b, c.Owner...)
+	b = append(b, c.Owner...)
+	return append(b, flag(c.ByNode))
+}
+
+func flag(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // DecodeCommand parses the bytes Encode wrote. It fails on another format
@@ -84,6 +91,7 @@ func DecodeCommand(b []byte) (Command, error) {
 	c.TTL = d.varint()
 	c.Wait = d.byte() == 1
 	c.Owner = d.string()
+	c.ByNode = d.byte() == 1
 	if d.err != nil {
 		return Command{}, fmt.Errorf("decode command: %w", d.err)
 	}

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sort"
@@ -273,11 +274,12 @@ func (f *FSM) applyKey(cmd Command) Result {
 	return Result{}
 }
 
-// requestKey is request rid's key in the dedupe window: the lock's name, a
-// zero byte (which no name holds) and the id. The same id on two locks is
-// two requests.
-func requestKey(name fencelock.LockName, rid string) string {
-	return string(name) + "\x00" + rid
+// requestKey is the key in the dedupe window of request rid of owner on
+// lock name: the name, a zero byte (which no name holds), the owner's
+// length and the owner, then the id. The same id on two locks, or of two
+// owners, is two requests.
+func requestKey(name fencelock.LockName, owner, rid string) string {
+	return string(binary.AppendUvarint(append([]byte(name), 0), uint64(len(owner)))) + owner + rid
 }
 
 // acquire answers a request it has seen with what seen says; otherwise it
@@ -338,7 +340,7 @@ func (f *FSM) seen(cmd Command) (Result, bool) {
 			return Result{Queued: true}, true
 		}
 	}
-	if tok, ok := f.requests.lookup(requestKey(cmd.Name, cmd.RequestID), string(cmd.Name)); ok {
+	if tok, ok := f.requests.lookup(requestKey(cmd.Name, cmd.Owner, cmd.RequestID), string(cmd.Name)); ok {
 		return Result{Err: fmt.Errorf("acquire %q: request %s was granted token %d, which has ended: %w",
 			cmd.Name, cmd.RequestID, tok, fencelock.ErrNotHolder)}, true
 	}
@@ -365,13 +367,14 @@ func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 	if queued && l.queue.remove(cmd.RequestID) {
 		f.unwait(w.Owner)
 		f.dropIfIdle(l)
-		f.forgetRequest(cmd.Name, cmd.RequestID)
+		f.forgetRequest(cmd.Name, w.Owner, cmd.RequestID)
 		return Result{}
 	}
 	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID {
 		// Granted after the waiter gave up: nobody will use this grant.
+		owner := l.Holder.Owner
 		f.end(index, cmd.Now, l, false, events)
-		f.forgetRequest(cmd.Name, cmd.RequestID) // the record the end wrote
+		f.forgetRequest(cmd.Name, owner, cmd.RequestID) // the record the end wrote
 		return Result{}
 	}
 	return Result{Err: fmt.Errorf("cancel wait on %q: request %s: %w", cmd.Name, cmd.RequestID, fencelock.ErrNotFound)}
@@ -384,19 +387,19 @@ func (f *FSM) unwait(owner string) {
 	}
 }
 
-// ownedBy refuses a caller's command (Owner not "") about a request that
-// another identity made: a request id answers, and cancels, only for its
-// owner. The node's own commands (Owner "") may touch any.
+// ownedBy refuses a caller's command about a request that another identity
+// made: a request id answers, and cancels, only for its owner. The node's
+// own commands (ByNode) may touch any.
 func ownedBy(cmd Command, owner string) error {
-	if cmd.Owner == "" || cmd.Owner == owner {
+	if cmd.ByNode || cmd.Owner == owner {
 		return nil
 	}
 	return fmt.Errorf("request %s on %q belongs to another caller: %w", cmd.RequestID, cmd.Name, fencelock.ErrPermissionDenied)
 }
 
-// forgetRequest forgets the record of request rid on lock name, if any.
-func (f *FSM) forgetRequest(name fencelock.LockName, rid string) {
-	key := requestKey(name, rid)
+// forgetRequest forgets the record of owner's request rid on lock name, if any.
+func (f *FSM) forgetRequest(name fencelock.LockName, owner, rid string) {
+	key := requestKey(name, owner, rid)
 	if _, ok := f.requests.lookup(key, string(name)); ok {
 		f.requests.forget(key)
 	}
@@ -409,7 +412,7 @@ func (f *FSM) end(index uint64, now int64, l *lock, expired bool, events *[]even
 	*events = append(*events, event{name: l.Name, ended: old.Token, took: time.Duration(max(now-old.GrantedAt, 0))})
 	if old.RequestID != "" {
 		// Remembered from its end on (see EndedWindow).
-		f.requests.put(requestKey(l.Name, old.RequestID), string(l.Name), uint64(old.Token), now)
+		f.requests.put(requestKey(l.Name, old.Owner, old.RequestID), string(l.Name), uint64(old.Token), now)
 	}
 	if expired {
 		f.expired.put(string(old.LeaseID), string(l.Name), uint64(old.Token), now)

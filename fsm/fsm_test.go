@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,12 +184,12 @@ func TestFSM_RequestIDDedupe(t *testing.T) {
 	// Its grant ended: remembered for EndedWindow from the end, then
 	// forgotten.
 	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
-	if _, ok := h.f.requests.lookup(requestKey("a", "r1"), "a"); !ok {
+	if _, ok := h.f.requests.lookup(requestKey("a", "", "r1"), "a"); !ok {
 		t.Fatal("request r1 is not remembered right after its grant ended")
 	}
 	h.now += int64(2 * EndedWindow)
 	h.apply(acq("b", "x", "Lx", false)) // prunes
-	if _, ok := h.f.requests.lookup(requestKey("a", "r1"), "a"); ok {
+	if _, ok := h.f.requests.lookup(requestKey("a", "", "r1"), "a"); ok {
 		t.Error("request r1 is still remembered after EndedWindow")
 	}
 }
@@ -212,6 +213,32 @@ func TestFSM_CancelWait(t *testing.T) {
 	}
 	if _, ok := h.f.Get("a"); ok {
 		t.Error("the grant of a waiter that gave up was not released")
+	}
+}
+
+// TestFSM_RequestsBelongToTheirOwner: another owner's retry of a request
+// id gets neither its grant, nor its place, nor the token of its ended
+// grant, and cannot cancel it; only the node's own commands (ByNode) may.
+func TestFSM_RequestsBelongToTheirOwner(t *testing.T) {
+	h := newHarness(t)
+	as := func(c Command, owner string) Command { c.Owner = owner; return c }
+	g := h.apply(as(acq("a", "r1", "L1", false), "billing")).Grant
+	for _, owner := range []string{"hr", ""} {
+		if r := h.apply(as(acq("a", "r1", "L2", false), owner)); !errors.Is(r.Err, fencelock.ErrPermissionDenied) {
+			t.Errorf("owner %q retried billing's r1: %+v, want ErrPermissionDenied", owner, r)
+		}
+		if r := h.apply(as(Command{Op: OpCancelWait, Name: "a", RequestID: "r1"}, owner)); !errors.Is(r.Err, fencelock.ErrPermissionDenied) {
+			t.Errorf("owner %q cancelled billing's r1: %+v, want ErrPermissionDenied", owner, r)
+		}
+	}
+	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	if r := h.apply(as(acq("a", "r1", "L3", false), "hr")); r.Err != nil && strings.Contains(r.Err.Error(), fmt.Sprint(g.Token)) {
+		t.Errorf("hr retried billing's ended r1 and learned its token: %v", r.Err)
+	}
+	h.apply(as(acq("b", "w", "Lb", false), "billing"))
+	h.apply(as(acq("b", "w2", "Lw", true), "billing"))
+	if r := h.apply(Command{Op: OpCancelWait, Name: "b", RequestID: "w2", ByNode: true}); r.Err != nil {
+		t.Errorf("the node's take-back of billing's waiter: %v", r.Err)
 	}
 }
 

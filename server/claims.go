@@ -270,7 +270,7 @@ func (cs *claims) takeBack(c *claim) {
 	s := cs.s
 	for backoff := 50 * time.Millisecond; s.ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
-		res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: c.key.name, RequestID: c.key.rid})
+		res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: c.key.name, RequestID: c.key.rid, ByNode: true})
 		cancel()
 		switch {
 		case err == nil:

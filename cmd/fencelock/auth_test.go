@@ -2,6 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,7 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/internal/tlsconf"
 )
 
 // TestAuth_TokensAndPolicy: a node with a tokens and a policy file grants
@@ -68,4 +79,93 @@ func TestAuth_TokensAndPolicy(t *testing.T) {
 	if got := post(m[1]); got != http.StatusOK {
 		t.Errorf("JSON Acquire with billing's token answered %d, want 200", got)
 	}
+}
+
+// TestAuth_CertificateIdentity: a client certificate without a Common Name
+// (DNS names only, as many CAs issue them) is its first DNS name, never
+// the node's empty identity: with a "*" policy line it cannot take over
+// another identity's request id; a certificate that names nobody is
+// refused.
+func TestAuth_CertificateIdentity(t *testing.T) {
+	dir := t.TempDir()
+	nodeCert := certsIn(t, dir, "node", "billing")
+	policy := filepath.Join(dir, "policy")
+	if err := os.WriteFile(policy, []byte("billing lock,read billing/\n* lock,read *\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := startTLSNode(t, nodeCert, "--policy-file", policy)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	billing := tlsClient(t, addr, certOf(dir, "billing"))
+	g, err := billing.Acquire(ctx, "billing/1", client.WithTTL(time.Minute), client.WithRequestID("r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sanOnly := tlsClient(t, addr, signedCert(t, dir, "san-only", &x509.Certificate{DNSNames: []string{"svc.internal"}}))
+	if l, err := sanOnly.Acquire(ctx, "billing/1", client.WithTTL(time.Minute), client.WithRequestID("r1")); !errors.Is(err, fencelock.ErrPermissionDenied) {
+		t.Fatalf("a DNS-name-only certificate retried billing's request id: %+v, %v; want ErrPermissionDenied", l, err)
+	}
+	if _, err := sanOnly.Acquire(ctx, "svc/1", client.WithTTL(time.Minute)); err != nil {
+		t.Fatalf("a DNS-name-only certificate, granted lock by the * line: %v", err)
+	}
+	nobody := tlsClient(t, addr, signedCert(t, dir, "nameless", &x509.Certificate{}))
+	if _, err := nobody.Acquire(ctx, "svc/2", client.WithTTL(time.Minute)); !errors.Is(err, fencelock.ErrUnauthenticated) {
+		t.Fatalf("a certificate naming nobody: %v; want ErrUnauthenticated", err)
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatalf("billing's grant was taken from it: %v", err)
+	}
+}
+
+// tlsClient is a client of the node at addr with certificate f.
+func tlsClient(t *testing.T, addr string, f tlsconf.Files) *client.Client {
+	t.Helper()
+	tc, err := tlsconf.Client(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := client.DefaultConfig("https://" + addr)
+	cfg.TLS = tc
+	c, err := client.NewFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// signedCert writes name.pem and name-key.pem, a client certificate from
+// tmpl (its names) signed by the CA in dir, and returns their files.
+func signedCert(t *testing.T, dir, name string, tmpl *x509.Certificate) tlsconf.Files {
+	t.Helper()
+	ca, err := tls.LoadX509KeyPair(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = big.NewInt(time.Now().UnixNano()), time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	tmpl.KeyUsage, tmpl.ExtKeyUsage = x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, ca.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := certOf(dir, name)
+	if err := os.WriteFile(f.Cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.Key, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -136,29 +136,7 @@ func TestTLS_RaftRefusesPeersWithoutTheClustersCertificate(t *testing.T) {
 // refuses one without.
 func TestTLS_APIWithClientCertificates(t *testing.T) {
 	f := devCerts(t)
-	addr, raftAddr := testproc.FreeAddr(t), testproc.FreeAddr(t)
-	cmd := exec.Command(testproc.Binary(t), "serve", "--listen", addr, "--raft-addr", raftAddr, "--data-dir", t.TempDir(),
-		"--cert-file", f.Cert, "--key-file", f.Key, "--trusted-ca-file", f.CA, "--client-cert-auth",
-		"--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	tc, err := tlsconf.Client(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
-	ready := false
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !ready; time.Sleep(50 * time.Millisecond) {
-		if resp, err := hc.Get("https://" + addr + "/readyz?leader"); err == nil {
-			resp.Body.Close()
-			ready = resp.StatusCode == http.StatusOK
-		}
-	}
-	if !ready {
-		t.Fatal("the TLS node is not ready after 20s")
-	}
+	addr, tc := startTLSNode(t, f, "--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if out, code := testproc.Run(ctx, t, nil, "acquire", "x", "--server", addr, "--cacert", f.CA, "--cert", f.Cert, "--key", f.Key); code != 0 {
@@ -189,4 +167,33 @@ func TestTLS_RefusesToListenBeyondLoopbackUnprotected(t *testing.T) {
 			t.Errorf("fencelock %v exited %d: %s; want 2 and the reason", args, code, out)
 		}
 	}
+}
+
+// startTLSNode starts a node serving HTTPS with f's certificate and
+// --client-cert-auth, with extra flags, waits until it leads and returns
+// its address and a client configuration with f's certificate.
+func startTLSNode(t *testing.T, f tlsconf.Files, extra ...string) (string, *tls.Config) {
+	t.Helper()
+	addr, raftAddr := testproc.FreeAddr(t), testproc.FreeAddr(t)
+	cmd := exec.Command(testproc.Binary(t), append([]string{"serve", "--listen", addr, "--raft-addr", raftAddr, "--data-dir", t.TempDir(),
+		"--cert-file", f.Cert, "--key-file", f.Key, "--trusted-ca-file", f.CA, "--client-cert-auth"}, extra...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	tc, err := tlsconf.Client(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if resp, err := hc.Get("https://" + addr + "/readyz?leader"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return addr, tc
+			}
+		}
+	}
+	t.Fatal("the TLS node is not ready after 20s")
+	return "", nil
 }
