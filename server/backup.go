@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -85,36 +87,36 @@ func (bufferSink) Cancel() error { return nil }
 func (bufferSink) Close() error  { return nil }
 
 // readBackup reads a backup file, checks its checksum and returns its state
-// restored into an FSM.
-func readBackup(r io.Reader) (BackupInfo, *fsm.FSM, error) {
+// restored into an FSM, and the state's bytes.
+func readBackup(r io.Reader) (BackupInfo, *fsm.FSM, []byte, error) {
 	br := bufio.NewReader(io.LimitReader(r, MaxBackupSize+1))
 	line, err := br.ReadBytes('\n')
 	var info BackupInfo
 	if err != nil || json.Unmarshal(line, &info) != nil || info.Format != backupFormat {
-		return info, nil, fmt.Errorf("not a fencelock backup (its first line is not a %s header): %w", backupFormat, fencelock.ErrInvalidArgument)
+		return info, nil, nil, fmt.Errorf("not a fencelock backup (its first line is not a %s header): %w", backupFormat, fencelock.ErrInvalidArgument)
 	}
 	if info.Version != 1 {
-		return info, nil, fmt.Errorf("backup format version %d, this build reads 1: %w", info.Version, fencelock.ErrInvalidArgument)
+		return info, nil, nil, fmt.Errorf("backup format version %d, this build reads 1: %w", info.Version, fencelock.ErrInvalidArgument)
 	}
 	body, err := io.ReadAll(br)
 	if err != nil {
-		return info, nil, fmt.Errorf("read backup: %w", err)
+		return info, nil, nil, fmt.Errorf("read backup: %w", err)
 	}
 	sum := sha256.Sum256(body)
 	if int64(len(body)) != info.Size || hex.EncodeToString(sum[:]) != info.SHA256 {
-		return info, nil, fmt.Errorf("backup is damaged: %d bytes with SHA-256 %x, its header says %d and %s: %w",
+		return info, nil, nil, fmt.Errorf("backup is damaged: %d bytes with SHA-256 %x, its header says %d and %s: %w",
 			len(body), sum, info.Size, info.SHA256, fencelock.ErrInvalidArgument)
 	}
 	f := fsm.New(0, nil)
 	if err := f.Restore(io.NopCloser(bytes.NewReader(body))); err != nil {
-		return info, nil, fmt.Errorf("backup: %w: %w", fencelock.ErrInvalidArgument, err)
+		return info, nil, nil, fmt.Errorf("backup: %w: %w", fencelock.ErrInvalidArgument, err)
 	}
-	return info, f, nil
+	return info, f, body, nil
 }
 
 // InspectBackup reads a backup and says what is in it.
 func InspectBackup(r io.Reader) (BackupInfo, error) {
-	info, f, err := readBackup(r)
+	info, f, _, err := readBackup(r)
 	if err != nil {
 		return info, err
 	}
@@ -146,8 +148,9 @@ type RestoreConfig struct {
 	// control only, which must catch it.
 	UnsafeSameEpoch bool
 	// NewClusterID gives the restored cluster an id of its own (e.g. a
-	// staging copy of production) and a new signing key, so resources
-	// that trust the old cluster refuse its sequencers.
+	// staging copy of production) and a signing key of its own (see
+	// RestoreBackup), so resources that trust the old cluster refuse its
+	// sequencers.
 	NewClusterID string
 }
 
@@ -155,8 +158,18 @@ type RestoreConfig struct {
 // backup's state in a new token epoch, as a Raft snapshot of a new cluster
 // (cfg.Bootstrap, or this node alone). "fencelock serve --data-dir DIR"
 // then runs it. It returns the backup's header with the new epoch.
+//
+// The state it writes depends only on the backup and on cfg's Epoch,
+// UnsafeSameEpoch and NewClusterID: every voter restored from one backup
+// with the same options holds the same state, byte for byte. Without
+// NewClusterID the backup's id and signing keys are kept. With it, the
+// only signing key is derived from the backup's state, the epoch and the
+// new id (restoredKey), and counts as added at the backup's last command
+// time. Anyone who holds the backup can derive the restored cluster's
+// private key, as they can read the old cluster's keys in it: a backup is
+// as secret as the keys of every cluster restored from it.
 func RestoreBackup(r io.Reader, cfg RestoreConfig) (BackupInfo, error) {
-	info, f, err := readBackup(r)
+	info, f, state, err := readBackup(r)
 	if err != nil {
 		return info, err
 	}
@@ -172,8 +185,11 @@ func RestoreBackup(r io.Reader, cfg RestoreConfig) (BackupInfo, error) {
 	case epoch <= info.Epoch || epoch > fencelock.MaxTokenEpoch:
 		return info, fmt.Errorf("restore: epoch %d must be above the backup's %d and at most %d: %w", epoch, info.Epoch, fencelock.MaxTokenEpoch, fencelock.ErrInvalidArgument)
 	default:
-		keyID, seed := newKey()
-		if err := f.StartEpoch(epoch, cfg.NewClusterID, fsm.SigningKey{ID: keyID, Seed: seed, Added: time.Now().UnixNano()}); err != nil {
+		var key fsm.SigningKey // StartEpoch keeps the backup's keys without a new id
+		if cfg.NewClusterID != "" {
+			key = restoredKey(state, epoch, cfg.NewClusterID, f.LastNow())
+		}
+		if err := f.StartEpoch(epoch, cfg.NewClusterID, key); err != nil {
 			return info, err
 		}
 	}
@@ -183,6 +199,29 @@ func RestoreBackup(r io.Reader, cfg RestoreConfig) (BackupInfo, error) {
 	id := f.Identity()
 	info.Epoch, info.ClusterID = id.Epoch, id.ClusterID
 	return info, nil
+}
+
+// restoreKeyDomain separates the seeds restoredKey derives from any other
+// use of SHA-256 over a backup's state.
+const restoreKeyDomain = "fencelock restored cluster signing key v1"
+
+// restoredKey returns the signing key of the cluster restored from the
+// backup state state into epoch epoch as cluster clusterID, added at added
+// (Unix nanoseconds). Its seed is SHA-256 over restoreKeyDomain and the
+// three, each after its length; its id is the start of the SHA-256 of its
+// public key. The same inputs give the same key. The seed is secret only
+// while state is: it hashes the state itself, never the checksum that a
+// backup's header shows.
+func restoredKey(state []byte, epoch uint64, clusterID string, added int64) fsm.SigningKey {
+	h := sha256.New()
+	h.Write([]byte(restoreKeyDomain))
+	for _, part := range [][]byte{state, binary.BigEndian.AppendUint64(nil, epoch), []byte(clusterID)} {
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(part))))
+		h.Write(part)
+	}
+	seed := h.Sum(nil)
+	id := sha256.Sum256(ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey))
+	return fsm.SigningKey{ID: hex.EncodeToString(id[:8]), Seed: seed, Added: added}
 }
 
 // writeSeed writes f's state as the Raft snapshot of a new cluster into

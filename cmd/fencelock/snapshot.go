@@ -35,7 +35,8 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 const snapshotUsage = `Usage: fencelock snapshot save FILE | inspect FILE | restore FILE --data-dir DIR
 
 Backups of the whole state: the locks, their tokens, the cluster's id and
-signing keys (keep a backup as secret as the keys).
+signing keys (keep a backup as secret as the keys: those of its cluster, and
+of every cluster restored from it, derive from it).
 
   save FILE      take a backup on the leader (online) and write it to FILE
   inspect FILE   print what a backup holds: locks, highest token, epoch, cluster id
@@ -156,7 +157,10 @@ func runSnapshotRestore(args []string, stdout, stderr io.Writer) error {
 		"the old cluster issued, also after the backup was taken. Then run\n"+
 		"\"fencelock serve --data-dir DIR --node-id ID --raft-addr ADDR\" with the same\n"+
 		"id and address. For several voters, restore the same FILE into each one's\n"+
-		"DIR with the same --bootstrap list, or restore one and --join the others.\n"+
+		"DIR with the same --bootstrap, --epoch and --new-cluster-id (every voter\n"+
+		"then holds the same state and signing keys), or restore one and --join the\n"+
+		"others. With --new-cluster-id the new signing key derives from FILE, the\n"+
+		"epoch and the id: whoever holds FILE can derive it.\n"+
 		"Restore a backup once: restoring it (or an older one) again starts the same\n"+
 		"epoch as the first restore; give --epoch above that cluster's (status shows it).", stderr)
 	def := server.DefaultConfig()
@@ -165,7 +169,7 @@ func runSnapshotRestore(args []string, stdout, stderr io.Writer) error {
 	raftAddr := fs.String("raft-addr", def.RaftAddr, "the new node's Raft address, as it will serve")
 	bootstrap := fs.String("bootstrap", "", "voters of the restored cluster, id=raft-addr,... (default: this node alone)")
 	epoch := fs.Uint64("epoch", 0, "the restored cluster's token epoch (default: the backup's + 1)")
-	newID := fs.String("new-cluster-id", "", "give the restored cluster this id instead of the backup's (a staging copy: resources that pin the old id refuse its sequencers)")
+	newID := fs.String("new-cluster-id", "", "give the restored cluster this id instead of the backup's, and a signing key derived from FILE, the epoch and the id (a staging copy: resources that pin the old id refuse its sequencers)")
 	sameEpoch := fs.Bool("unsafe-same-epoch", false, "UNSAFE: keep the backup's epoch, so tokens issued after the backup come back (for the fault harness's negative control only)")
 	asJSON := fs.Bool("json", false, "print the restored cluster's header as JSON")
 	file, rest, err := splitName(fs, args)

@@ -233,3 +233,102 @@ func TestKeys_rotateInTwoSteps(t *testing.T) {
 		t.Fatalf("after the second rotate: %v, want the new key signing and %s valid", r, first["signing"])
 	}
 }
+
+// TestSnapshot_RestoredVotersSignWithOneKey: a backup restored into three
+// voters (with the same options) and started; a resource trusts the keys
+// that "fencelock keys --json" prints on the leader. After the leader is
+// killed, the new leader's sequencers verify with those same keys.
+func TestSnapshot_RestoredVotersSignWithOneKey(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	old := testproc.StartServer(t)
+	grantAndRelease(t, []string{old.Addr}, "reports", 2)
+	file := filepath.Join(t.TempDir(), "backup.fls")
+	if out, code := testproc.Run(ctx, t, nil, "snapshot", "save", file, "--server", old.Addr); code != 0 {
+		t.Fatalf("snapshot save exited %d:\n%s", code, out)
+	}
+	old.Kill9()
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"new cluster id", []string{"--new-cluster-id", "staging"}},
+		{"same cluster id", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := restoreVoters(ctx, t, file, tc.args...)
+			leader := waitLeader(t, nodes, -1)
+			out, code := testproc.Run(ctx, t, nil, "keys", "--json", "--server", nodes[leader].Addr)
+			keys, err := sequencer.ReadKeys(strings.NewReader(out))
+			if code != 0 || err != nil {
+				t.Fatalf("keys --json exited %d (%v):\n%s", code, err, out)
+			}
+			resource := &sequencer.Verifier{Keys: keys}
+			acquireAndVerify(ctx, t, nodes[leader].Addr, resource, "before the failover")
+			nodes[leader].Kill9()
+			next := waitLeader(t, nodes, leader)
+			acquireAndVerify(ctx, t, nodes[next].Addr, resource, "after the failover")
+		})
+	}
+}
+
+// restoreVoters restores file into three new data dirs with one bootstrap
+// list and extra restore flags, and starts the three nodes.
+func restoreVoters(ctx context.Context, t *testing.T, file string, extra ...string) []*testproc.Server {
+	t.Helper()
+	var nodes []*testproc.Server
+	var boot []string
+	for i := range 3 {
+		s := testproc.AttachServer(t, &testproc.Server{Addr: testproc.FreeAddr(t), RaftAddr: testproc.FreeAddr(t), DataDir: t.TempDir(),
+			Follower: true, Args: append([]string{"--node-id", testproc.NodeID(i)}, testproc.DefaultClusterFlags...)})
+		nodes = append(nodes, s)
+		boot = append(boot, testproc.NodeID(i)+"="+s.RaftAddr)
+	}
+	for i, s := range nodes {
+		args := append([]string{"snapshot", "restore", file, "--data-dir", s.DataDir, "--node-id", testproc.NodeID(i),
+			"--raft-addr", s.RaftAddr, "--bootstrap", strings.Join(boot, ",")}, extra...)
+		if out, code := testproc.Run(ctx, t, nil, args...); code != 0 {
+			t.Fatalf("snapshot restore of %s exited %d:\n%s", testproc.NodeID(i), code, out)
+		}
+	}
+	for _, s := range nodes {
+		s.Start()
+	}
+	return nodes
+}
+
+// waitLeader waits up to 30s for a running node other than not (-1: any)
+// to be a ready leader and returns its index.
+func waitLeader(t *testing.T, nodes []*testproc.Server, not int) int {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		for i, s := range nodes {
+			if i != not && s.Running() && s.IsReadyLeader() {
+				return i
+			}
+		}
+	}
+	t.Fatalf("no ready leader (other than node %d) within 30s", not)
+	return -1
+}
+
+// acquireAndVerify acquires "reports" on addr and checks its sequencer for
+// a write with its token as a resource with the verifier v would.
+func acquireAndVerify(ctx context.Context, t *testing.T, addr string, v *sequencer.Verifier, when string) {
+	t.Helper()
+	c, err := client.New(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	l, err := c.Acquire(ctx, "reports")
+	if err != nil {
+		t.Fatalf("acquire %s: %v", when, err)
+	}
+	defer l.Release(context.WithoutCancel(ctx))
+	if _, err := v.VerifyWrite(l.Sequencer(), "reports", l.Token()); err != nil {
+		t.Fatalf("the sequencer of token %d, %s, with the keys the resource trusts: %v", l.Token(), when, err)
+	}
+}
