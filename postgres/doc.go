@@ -46,6 +46,14 @@
 // transaction writes after Check is therefore fenced, and a refused
 // transaction should roll back (Fence.Do does).
 //
+// A refused transaction cannot commit, even if its caller goes on. Outside
+// every savepoint, Check aborts it: PostgreSQL refuses its further
+// statements and its COMMIT rolls back. Inside a savepoint, where ROLLBACK
+// TO SAVEPOINT would undo an abort, Check ends the session with
+// pg_terminate_backend (after RESET SESSION AUTHORIZATION, so that the role
+// that logged in signals its own backend), which rolls the whole
+// transaction back and closes the connection; a pool replaces it.
+//
 // # database/sql
 //
 // FromSQL adapts a *sql.DB, *sql.Conn or *sql.Tx (any PostgreSQL driver

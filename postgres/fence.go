@@ -30,9 +30,26 @@ ON CONFLICT (domain) DO UPDATE SET token = EXCLUDED.token
 WHERE f.token <= EXCLUDED.token
 RETURNING f.token`
 	highestSQL = `SELECT token FROM fencelock_fences WHERE domain = $1`
+	// probeSQL reads the highest token of a domain whose row the
+	// transaction has locked, and whether the transaction runs outside
+	// every savepoint: the row version an UPDATE writes carries the xid of
+	// the current subtransaction, which is the top-level xid (the low 32
+	// bits of txid_current()) only outside every savepoint.
+	probeSQL = `UPDATE fencelock_fences SET token = token WHERE domain = $1
+RETURNING token, xmin::text::bigint = txid_current() % 4294967296`
 	// abortSQL fails on purpose: PostgreSQL then refuses every further
-	// statement of the transaction, and its commit rolls back.
+	// statement of the transaction, and its commit rolls back. Inside a
+	// savepoint, ROLLBACK TO SAVEPOINT would undo that.
 	abortSQL = `DO $$ BEGIN RAISE EXCEPTION 'fencelock: stale fencing token; this transaction must roll back'; END $$`
+	// endSessionSQL ends the session, which rolls the whole transaction
+	// back: no savepoint survives it. It first returns to the role that
+	// logged in, which may always signal its own backend, whatever SET ROLE
+	// or SET SESSION AUTHORIZATION switched to.
+	endSessionSQL = `DO $$ BEGIN
+RESET SESSION AUTHORIZATION;
+PERFORM pg_terminate_backend(pg_backend_pid());
+RAISE EXCEPTION 'fencelock: stale fencing token; this session must end';
+END $$`
 )
 
 // Querier runs statements: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.
@@ -68,11 +85,14 @@ func dbToken(token fencelock.Token) (int64, error) {
 // token the domain has accepted, stores it as the new highest, and keeps the
 // domain's row locked until tx ends, so the rest of tx is fenced. Call it
 // before tx's writes. It returns a *fencelock.StaleTokenError for a lower
-// token, after which tx is aborted (PostgreSQL refuses its further
-// statements, and its commit rolls back); an error wrapping
-// fencelock.ErrMissingToken for 0, ErrInvalidToken for a token above
-// math.MaxInt64, and ErrInvalidName for a malformed domain. The table must
-// exist (CreateFenceTable).
+// token, after which tx cannot commit: outside every savepoint, tx is
+// aborted (PostgreSQL refuses its further statements, and its commit rolls
+// back); inside a savepoint (SAVEPOINT, or a pgx nested transaction), Check
+// ends tx's session with pg_terminate_backend, so that no ROLLBACK TO
+// SAVEPOINT can revive tx, and the connection is closed. Other errors: one
+// wrapping fencelock.ErrMissingToken for 0, ErrInvalidToken for a token
+// above math.MaxInt64, and ErrInvalidName for a malformed domain. The table
+// must exist (CreateFenceTable).
 func Check(ctx context.Context, tx pgx.Tx, domain string, token fencelock.Token) error {
 	return fence.Refused("postgres", check(ctx, tx, domain, token))
 }
@@ -96,18 +116,28 @@ func check(ctx context.Context, tx Querier, domain string, token fencelock.Token
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("check fence %q: %w", domain, err)
 	}
-	// The row exists with a higher token; the upsert locked it, so this
-	// read sees the value that refused us.
-	if err := tx.QueryRow(ctx, highestSQL, domain).Scan(&stored); err != nil {
+	// The row exists with a higher token; the upsert locked it, so the
+	// probe sees the value that refused us.
+	var topLevel bool
+	if err := tx.QueryRow(ctx, probeSQL, domain).Scan(&stored, &topLevel); err != nil {
 		return fmt.Errorf("check fence %q: read highest token: %w", domain, err)
 	}
 	if err := fence.Admit(domain, fencelock.Token(stored), token); err != nil {
-		// A caller that ignored the refusal and went on would commit
-		// its writes unfenced: abort tx, so that they never land.
-		_, _ = tx.Exec(ctx, abortSQL)
+		endTx(ctx, tx, topLevel)
 		return err
 	}
 	return fmt.Errorf("check fence %q: token %d refused although the highest token is %d", domain, token, stored)
+}
+
+// endTx makes tx unable to commit after a refusal, so that a caller that
+// goes on anyway never lands its writes unfenced: it aborts tx, or, inside
+// a savepoint, whose rollback would undo that, ends tx's session.
+func endTx(ctx context.Context, tx Querier, topLevel bool) {
+	if topLevel {
+		_, _ = tx.Exec(ctx, abortSQL)
+		return
+	}
+	_, _ = tx.Exec(ctx, endSessionSQL)
 }
 
 // Highest returns the highest token domain has accepted, or 0, as seen by db.

@@ -56,7 +56,8 @@ func (r sqlRow) Scan(dest ...any) error {
 }
 
 // CheckSQL is Check for a database/sql transaction: it fences tx in
-// domain, with Check's errors; after a refusal tx is aborted.
+// domain, with Check's errors; after a refusal tx cannot commit, as Check
+// says (inside a savepoint, its connection is closed).
 func CheckSQL(ctx context.Context, tx *sql.Tx, domain string, token fencelock.Token) error {
 	return fence.Refused("postgres", check(ctx, sqlQuerier{tx}, domain, token))
 }

@@ -142,8 +142,11 @@ func (b *Bucket) Highest(ctx context.Context, domain string) (fencelock.Token, e
 // to a data object of its own, then commits it to the domain's manifest
 // with a conditional write; a refused or failed commit removes the data
 // object again. A key belongs to the domain of its first write (attempted,
-// even if refused): a write in
-// another domain fails with an error wrapping fencelock.ErrInvalidArgument.
+// even if refused): a write in another domain fails with an error wrapping
+// fencelock.ErrInvalidArgument. The claim is made before the token is
+// compared and is never removed; Bucket checks no caller's rights, so any
+// caller that may write under the prefix can claim a free key for any
+// domain.
 func (b *Bucket) Put(ctx context.Context, domain string, token fencelock.Token, key string, value []byte) (int64, error) {
 	if err := b.validateDomain(domain); err != nil {
 		return 0, err

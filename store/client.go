@@ -23,7 +23,8 @@ var _ fencelock.Fence = (*Client)(nil)
 // *fencelock.StaleTokenError, other refusals are *Error values that
 // errors.Is matches against fencelock's sentinels (ErrMissingToken,
 // ErrInvalidToken, ErrInvalidName, ErrTooLarge, ErrPreconditionFailed,
-// ErrNotFound, ErrInvalidArgument). When the request or its answer is lost in
+// ErrNotFound, ErrInvalidArgument; and, from a store with a policy,
+// ErrUnauthenticated and ErrPermissionDenied). When the request or its answer is lost in
 // transit the error wraps fencelock.ErrUnavailable: the write may or may not
 // have been applied, and retrying it with the same idempotency key is safe.
 type Client struct {

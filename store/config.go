@@ -57,9 +57,10 @@ type Config struct {
 	Verifier *sequencer.Verifier
 
 	// ACL, if set and Active, identifies each caller (bearer token or client
-	// certificate) and lets a write, or a fence raise, in a domain only a
-	// caller with lock on it (acl.Lock); Idempotency-Keys are then scoped
-	// per caller too.
+	// certificate) and checks every request of the API: a write of an
+	// object needs acl.Lock on its key and on its fence domain, a fence
+	// raise acl.Lock on the domain, a read acl.Read on the key (or, for a
+	// fence, the domain). Idempotency-Keys are then scoped per caller too.
 	ACL *acl.ACL
 
 	// Logger receives the store's logs. Nil discards them.

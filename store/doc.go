@@ -32,6 +32,19 @@
 // Idempotent-Replayed: true), recorded in the same transaction as the write;
 // reusing a key for a different request is 422.
 //
+// # Access
+//
+// With Config.ACL set and Active, every request of the object and fence
+// endpoints is checked with acl.ACL.Check before the store reads or writes
+// anything: a PUT or DELETE needs acl.Lock on the object key and on its
+// fence domain; a fence raise (POST) needs acl.Lock on the domain; a GET or
+// HEAD of an object needs acl.Read on its key, and of a fence acl.Read on
+// its domain. A caller without a credential gets 401 Unauthorized
+// (fencelock.ErrUnauthenticated), one without the permission 403 Forbidden
+// (fencelock.ErrPermissionDenied). /metrics and /healthz are not checked.
+// The Server's own Check and Highest, for callers in the same process, are
+// not checked either.
+//
 // # HTTP API
 //
 //	PUT    /v1/objects/{key...}   store the body            200 + JSON ObjectInfo

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -25,7 +26,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	ans.write(w)
 }
 
-// parseWrite reads and validates the headers every write shares.
+// parseWrite reads and validates the headers every write shares, and checks
+// that the caller may make the write (authorizeWrite).
 func (s *Server) parseWrite(r *http.Request, op opKind, key, domain string) (write, error) {
 	wr := write{op: op, key: key, domain: domain}
 	if op != opCheck {
@@ -45,6 +47,9 @@ func (s *Server) parseWrite(r *http.Request, op opKind, key, domain string) (wri
 		if op != opCheck && wr.domain == key {
 			return wr, fmt.Errorf("object key %q cannot be its own fence domain (%w); send a %s header", key, err, httpfence.HeaderDomain)
 		}
+		return wr, err
+	}
+	if err := s.authorizeWrite(r.Context(), wr); err != nil {
 		return wr, err
 	}
 	tok, err := httpfence.ParseToken(r.Header)
@@ -69,13 +74,22 @@ func (s *Server) parseWrite(r *http.Request, op opKind, key, domain string) (wri
 	if err := validateIdempotencyKey(wr.idemKey); err != nil {
 		return wr, err
 	}
-	if err := s.cfg.ACL.Check(r.Context(), acl.Lock, wr.domain); err != nil {
-		return wr, err
-	}
 	if wr.idemKey != "" { // a key means one request of one caller, to one object
 		wr.idemKey = acl.IdentityOf(r.Context()) + "\x00" + key + "\x00" + wr.idemKey
 	}
 	return wr, nil
+}
+
+// authorizeWrite checks that the caller in ctx holds acl.Lock on wr's fence
+// domain and, for a write of an object, on its key as well: a grant on a
+// domain does not reach keys outside the caller's own grants.
+func (s *Server) authorizeWrite(ctx context.Context, wr write) error {
+	if wr.op != opCheck {
+		if err := s.cfg.ACL.Check(ctx, acl.Lock, wr.key); err != nil {
+			return err
+		}
+	}
+	return s.cfg.ACL.Check(ctx, acl.Lock, wr.domain)
 }
 
 func validateIdempotencyKey(k string) error {
@@ -190,6 +204,10 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, key string) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := s.cfg.ACL.Check(r.Context(), acl.Read, key); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	var (
 		rec    record
 		exists bool
@@ -236,6 +254,10 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, key string) {
 
 func (s *Server) handleGetFence(w http.ResponseWriter, r *http.Request, domain string) {
 	if err := ValidateDomain(domain); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.cfg.ACL.Check(r.Context(), acl.Read, domain); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -23,7 +23,7 @@ var _ fencelock.Fence = (*Server)(nil)
 
 // Server is a fenced object store: an http.Handler over a bbolt database. It
 // is safe for concurrent use. It also implements fencelock.Fence directly,
-// for callers in the same process.
+// for callers in the same process, which Config.ACL does not check.
 type Server struct {
 	cfg     Config
 	db      *bolt.DB
