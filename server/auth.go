@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"net"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/acl"
@@ -19,4 +21,34 @@ func (s *Server) owner(ctx context.Context) string {
 		return ""
 	}
 	return acl.IdentityOf(ctx)
+}
+
+// requireAdmin checks a caller of an admin-only surface (backups, signing
+// keys, the audit trail, Raft addresses, profiles), whose network address
+// is peer: with an ACL it needs admin (the admin token counts); with only
+// an admin token, that token; with neither, it must call from this machine
+// (a loopback address). Errors: ErrUnauthenticated, ErrPermissionDenied.
+func (s *Server) requireAdmin(ctx context.Context, peer string) error {
+	switch {
+	case s.acl.Active():
+		return s.allow(ctx, acl.Admin, "")
+	case s.cfg.AdminToken != "":
+		if acl.IdentityOf(ctx) == acl.AdminIdentity {
+			return nil
+		}
+		return fmt.Errorf("the cluster's admin token is needed (Authorization: Bearer ...): %w", fencelock.ErrUnauthenticated)
+	case isLoopback(peer):
+		return nil
+	}
+	return fmt.Errorf("without an admin token (serve --admin-token-file) or a policy, admin surfaces answer this machine only: %w", fencelock.ErrUnauthenticated)
+}
+
+// isLoopback reports whether a host:port address is a loopback one.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -230,3 +230,14 @@ func TestHandler_doesNotDrainAHugeBody(t *testing.T) {
 		t.Fatalf("the node read %d bytes of a body it refused, want at most a few messages' worth", n)
 	}
 }
+
+// TestRequireAdmin_withoutCredentials: a node with neither a policy nor an
+// admin token serves its admin-only surfaces to loopback callers only.
+func TestRequireAdmin_withoutCredentials(t *testing.T) {
+	s := openInProcessWith(t, func(*Config) {})
+	for peer, want := range map[string]error{"127.0.0.1:5000": nil, "[::1]:5000": nil, "10.0.0.7:5000": fencelock.ErrUnauthenticated, "": fencelock.ErrUnauthenticated} {
+		if err := s.requireAdmin(t.Context(), peer); want == nil && err != nil || want != nil && !errors.Is(err, want) {
+			t.Errorf("requireAdmin from %q: %v, want %v", peer, err, want)
+		}
+	}
+}

@@ -3,20 +3,15 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/subtle"
 	"fmt"
-	"net"
-	"net/http"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
-	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
@@ -26,7 +21,7 @@ type clusterAPI Server
 
 var _ fencelockv1connect.ClusterServiceHandler = (*clusterAPI)(nil)
 
-func (a *clusterAPI) Status(ctx context.Context, _ *connect.Request[fencelockv1.StatusRequest]) (*connect.Response[fencelockv1.StatusResponse], error) {
+func (a *clusterAPI) Status(ctx context.Context, req *connect.Request[fencelockv1.StatusRequest]) (*connect.Response[fencelockv1.StatusResponse], error) {
 	st, err := (*Server)(a).Status()
 	if err != nil {
 		return nil, (*api)(a).fail("Status", err)
@@ -37,7 +32,7 @@ func (a *clusterAPI) Status(ctx context.Context, _ *connect.Request[fencelockv1.
 		LastSnapshotIndex: st.LastSnapshotIndex, LastContact: durationpb.New(st.LastContact), Ready: st.Ready,
 		Version: st.Version, ClusterId: st.ClusterID, Epoch: st.Epoch,
 	}
-	hideRaft := (*Server)(a).allow(ctx, acl.Admin, "") != nil // Raft addresses are for admins
+	hideRaft := (*Server)(a).requireAdmin(ctx, req.Peer().Addr) != nil // Raft addresses are for admins
 	for _, m := range st.Members {
 		raftAddr := m.RaftAddr
 		if hideRaft {
@@ -48,42 +43,26 @@ func (a *clusterAPI) Status(ctx context.Context, _ *connect.Request[fencelockv1.
 	return connect.NewResponse(resp), nil
 }
 
-// authorize checks an admin call: with an ACL, the caller needs admin;
-// otherwise the admin token, if the cluster has one.
-func (a *clusterAPI) authorize(ctx context.Context, method string, h http.Header) error {
-	if a.acl.Active() {
-		if err := (*Server)(a).allow(ctx, acl.Admin, ""); err != nil {
-			return (*api)(a).fail(method, fmt.Errorf("%s: %w", method, err))
-		}
+// authorize checks a membership change: without an ACL or an admin token
+// it is open (serve warns at start when the API listens beyond loopback);
+// otherwise as requireAdmin.
+func (a *clusterAPI) authorize(ctx context.Context, method string, req connect.AnyRequest) error {
+	if !a.acl.Active() && a.cfg.AdminToken == "" {
 		return nil
 	}
-	if a.cfg.AdminToken == "" {
-		return nil
-	}
-	got, ok := wire.AdminToken(h)
-	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(a.cfg.AdminToken)) != 1 {
-		return (*api)(a).fail(method, fmt.Errorf("%s needs the cluster's admin token (Authorization: Bearer ...): %w", method, fencelock.ErrUnauthenticated))
+	return a.authorizeSecret(ctx, method, req)
+}
+
+// authorizeSecret checks a call of an admin-only surface (requireAdmin).
+func (a *clusterAPI) authorizeSecret(ctx context.Context, method string, req connect.AnyRequest) error {
+	if err := (*Server)(a).requireAdmin(ctx, req.Peer().Addr); err != nil {
+		return (*api)(a).fail(method, fmt.Errorf("%s: %w", method, err))
 	}
 	return nil
 }
 
-// authorizeSecret checks a call that reads or changes the signing keys:
-// with the cluster's admin token, or, on a cluster without one, only from
-// this machine (a loopback peer).
-func (a *clusterAPI) authorizeSecret(ctx context.Context, method string, req connect.AnyRequest) error {
-	if a.cfg.AdminToken != "" || a.acl.Active() {
-		return a.authorize(ctx, method, req.Header())
-	}
-	if host, _, err := net.SplitHostPort(req.Peer().Addr); err == nil {
-		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-			return nil
-		}
-	}
-	return (*api)(a).fail(method, fmt.Errorf("%s handles the cluster's signing keys: without an admin token (serve --admin-token-file) it is served to this machine only: %w", method, fencelock.ErrUnauthenticated))
-}
-
 func (a *clusterAPI) AddMember(ctx context.Context, req *connect.Request[fencelockv1.AddMemberRequest]) (*connect.Response[fencelockv1.AddMemberResponse], error) {
-	if err := a.authorize(ctx, "AddMember", req.Header()); err != nil {
+	if err := a.authorize(ctx, "AddMember", req); err != nil {
 		return nil, err
 	}
 	m := req.Msg
@@ -94,7 +73,7 @@ func (a *clusterAPI) AddMember(ctx context.Context, req *connect.Request[fencelo
 }
 
 func (a *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[fencelockv1.RemoveMemberRequest]) (*connect.Response[fencelockv1.RemoveMemberResponse], error) {
-	if err := a.authorize(ctx, "RemoveMember", req.Header()); err != nil {
+	if err := a.authorize(ctx, "RemoveMember", req); err != nil {
 		return nil, err
 	}
 	if err := (*Server)(a).RemoveMember(ctx, req.Msg.Id); err != nil {
@@ -105,7 +84,7 @@ func (a *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[fenc
 }
 
 func (a *clusterAPI) TransferLeader(ctx context.Context, req *connect.Request[fencelockv1.TransferLeaderRequest]) (*connect.Response[fencelockv1.TransferLeaderResponse], error) {
-	if err := a.authorize(ctx, "TransferLeader", req.Header()); err != nil {
+	if err := a.authorize(ctx, "TransferLeader", req); err != nil {
 		return nil, err
 	}
 	id, err := (*Server)(a).TransferLeader(ctx, req.Msg.Id)

@@ -55,8 +55,13 @@ type Config struct {
 	// by the membership changes of the ClusterService: AddMember,
 	// RemoveMember and TransferLeader. Every node of a cluster needs the same
 	// token (a node sends it when it joins or records its API address).
-	// Status, the lock API and the metrics stay open.
+	// It also opens the admin-only surfaces (backups, keys, the audit
+	// trail, Raft addresses in Status, profiles) when there is no ACL;
+	// with neither, they answer loopback callers only.
 	AdminToken string
+	// Profiling serves Go's profiles under /debug/pprof/ on the API, to
+	// admins only.
+	Profiling bool
 
 	// MinTTL and MaxTTL bound the TTL a client may ask for.
 	MinTTL, MaxTTL time.Duration

@@ -27,7 +27,9 @@ const maxMessageBytes = wire.MaxRequestBytes
 // Handler returns the node's HTTP handler: the Connect API (gRPC, gRPC-Web
 // and JSON), the dashboard at /ui/, /metrics, /healthz (the process is up), /readyz (the node is a
 // ready leader, or a follower in sync with one: InSync) and /readyz?leader
-// (the node is a ready leader). Serve it with HTTPServer, or with HTTP/2 enabled.
+// (the node is a ready leader), and with Config.Profiling Go's profiles
+// under /debug/pprof/ (admin-only, as requireAdmin). Serve it with
+// HTTPServer, or with HTTP/2 enabled.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	// The node sends nothing compressed, whatever the client accepts: a
@@ -43,6 +45,9 @@ func (s *Server) Handler() http.Handler {
 	ui := s.uiHandler()
 	mux.Handle("/ui", ui)
 	mux.Handle("/ui/", ui)
+	if s.cfg.Profiling {
+		mux.Handle("/debug/pprof/", s.profiles())
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

@@ -3,10 +3,12 @@ package server
 import (
 	"embed"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"net/http"
+	"net/http/pprof"
 
-	"github.com/fencelock/fencelock/acl"
+	"github.com/fencelock/fencelock"
 )
 
 //go:embed ui
@@ -23,8 +25,7 @@ func (s *Server) uiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /ui/events", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.allow(r.Context(), acl.Admin, ""); err != nil { // the audit trail: for admins
-			http.Error(w, err.Error(), http.StatusForbidden)
+		if !s.adminOnly(w, r) { // the audit trail
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -33,4 +34,33 @@ func (s *Server) uiHandler() http.Handler {
 	})
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	return mux
+}
+
+// adminOnly answers a request of an HTTP admin-only surface that
+// requireAdmin refuses (401 or 403) and reports whether it may go on.
+func (s *Server) adminOnly(w http.ResponseWriter, r *http.Request) bool {
+	err := s.requireAdmin(r.Context(), r.RemoteAddr)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, fencelock.ErrPermissionDenied):
+		http.Error(w, err.Error(), http.StatusForbidden)
+	default:
+		http.Error(w, err.Error(), http.StatusUnauthorized)
+	}
+	return false
+}
+
+// profiles serves Go's profiles under /debug/pprof/ to admins only.
+func (s *Server) profiles() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.adminOnly(w, r) {
+			mux.ServeHTTP(w, r)
+		}
+	})
 }

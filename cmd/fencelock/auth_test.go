@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"io"
 	"math/big"
 	"net/http"
 	"os"
@@ -168,4 +169,53 @@ func signedCert(t *testing.T, dir, name string, tmpl *x509.Certificate) tlsconf.
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestAuth_AdminOnlySurfaces: with only an admin token (no policy), the
+// audit trail, the Raft addresses in Status and the profiles need that
+// token.
+func TestAuth_AdminOnlySurfaces(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "admin-token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := testproc.StartServer(t, "--admin-token-file", tokenFile, "--pprof")
+	call := func(method, path, token string) (int, string) {
+		t.Helper()
+		var body io.Reader
+		if method == http.MethodPost {
+			body = strings.NewReader("{}")
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), method, "http://"+s.Addr+path, body)
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, path := range []string{"/ui/events", "/debug/pprof/"} {
+		if code, _ := call(http.MethodGet, path, ""); code != http.StatusUnauthorized {
+			t.Errorf("GET %s without the admin token: %d, want 401", path, code)
+		}
+		if code, _ := call(http.MethodGet, path, "wrong"); code != http.StatusUnauthorized {
+			t.Errorf("GET %s with a wrong token: %d, want 401", path, code)
+		}
+		if code, _ := call(http.MethodGet, path, "s3cret"); code != http.StatusOK {
+			t.Errorf("GET %s with the admin token: %d, want 200", path, code)
+		}
+	}
+	const status = "/fencelock.v1.ClusterService/Status"
+	if code, b := call(http.MethodPost, status, ""); code != http.StatusOK || strings.Contains(b, s.RaftAddr) {
+		t.Errorf("Status without the admin token: %d %s; want 200 without the Raft address %s", code, b, s.RaftAddr)
+	}
+	if code, b := call(http.MethodPost, status, "s3cret"); code != http.StatusOK || !strings.Contains(b, s.RaftAddr) {
+		t.Errorf("Status with the admin token: %d %s; want the Raft address %s", code, b, s.RaftAddr)
+	}
 }

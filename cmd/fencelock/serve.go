@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"runtime"
 	"strings"
@@ -43,7 +42,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	join := fs.String("join", "", "join an existing cluster through any member's API address(es), comma-separated")
 	peerAddrs := fs.String("raft-peer-addrs", "", "override the Raft address used to reach peers, id=addr,... for every peer (proxies, NAT)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	pprofOn := fs.Bool("pprof", false, "serve Go profiles under /debug/pprof/ on the API address")
+	fs.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API address, to admins only (docs/SECURITY.md)")
 	procs := fs.Int("procs", 0, "OS threads that run Go code at once (GOMAXPROCS); 0: Go's default (every CPU, or the GOMAXPROCS environment variable). On one thread a node hands requests between its goroutines without waking another (faster on a machine whose other cores run the clients), but a burst of calls then delays every other client's answers for as long as it takes to read it (docs/PERFORMANCE.md)")
 	tokenFile := fs.String("admin-token-file", "", "file holding the cluster's admin token, required by membership changes (default: env FENCELOCK_ADMIN_TOKEN; none: membership changes are open)")
 	var tf tlsFlags
@@ -96,7 +95,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--join and --bootstrap exclude each other: bootstrap a new cluster, or join one")
 	}
 	cfg.Join = *join != ""
-	return serveNode(ctx, cfg, serveOpts{listen: *listen, advertise: *advertise, join: *join, pprof: *pprofOn, tls: apiTLS})
+	return serveNode(ctx, cfg, serveOpts{listen: *listen, advertise: *advertise, join: *join, tls: apiTLS})
 }
 
 // applyTLS sets the node's Raft and peer-API TLS and its ACL from the flags, refuses
@@ -134,7 +133,6 @@ func applyTLS(cfg *server.Config, tf *tlsFlags, listen string) (*tls.Config, err
 // serveOpts are the flags of serve that are not the node's Config.
 type serveOpts struct {
 	listen, advertise, join string
-	pprof                   bool
 	tls                     *tls.Config // the API's; nil: plain HTTP (h2c)
 }
 
@@ -158,17 +156,7 @@ func serveNode(ctx context.Context, cfg server.Config, o serveOpts) error {
 	}
 	defer s.Close()
 
-	handler := s.Handler()
-	if o.pprof {
-		mux := http.NewServeMux()
-		mux.Handle("/", handler)
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		handler = mux
-	}
-	hs := server.HTTPServer(handler)
+	hs := server.HTTPServer(s.Handler())
 	ln = server.BufferReads(ln)
 	serveErr := make(chan error, 1)
 	if o.tls != nil {

@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/http"
-	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -255,9 +253,4 @@ func WithAdminToken[T any](req *connect.Request[T], token string) *connect.Reque
 		req.Header().Set("Authorization", "Bearer "+token)
 	}
 	return req
-}
-
-// AdminToken returns the bearer token of a request's headers, if any.
-func AdminToken(h http.Header) (string, bool) {
-	return strings.CutPrefix(h.Get("Authorization"), "Bearer ")
 }
