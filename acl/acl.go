@@ -25,9 +25,9 @@ type Permission uint8
 
 // The permissions of a policy.
 const (
-	Read  Permission = 1 << iota // Describe, List; the store: nothing yet
-	Lock                         // Acquire, Renew, Release, CancelWait; the store: writes and fence raises
-	Admin                        // membership, backups, keys, Raft addresses in Status, the audit trail
+	Read  Permission = 1 << iota // Describe, List, CheckSequencer; the store: GET and HEAD of objects (by key) and fences (by domain)
+	Lock                         // Acquire, Renew, Release, CancelWait; the store: writes (on the key and the domain) and fence raises
+	Admin                        // membership, backups, keys, Raft addresses in Status, the audit trail, profiles
 )
 
 var permNames = map[string]Permission{"read": Read, "lock": Lock, "admin": Admin}
