@@ -29,7 +29,7 @@ const (
 	stateQueued                        // the request waits in the lock's queue
 	stateGranted                       // the grant went to the caller
 	stateRefused                       // the service refused; nothing is left on it
-	stateAbandoned                     // the caller gave up with the outcome unknown; it is taken back
+	stateAbandoned                     // the caller gave up, or what the request left is unknown; it is taken back
 )
 
 // acquisition is one Acquire: a request id, and calls with it until the
@@ -41,6 +41,7 @@ type acquisition struct {
 	ownID bool      // the caller's request id: it may ask again with it
 	first time.Time // before the first call: no grant of it is older (unless ownID)
 	end   time.Time // when the wait is over; zero: when ctx ends
+	byCtx bool      // end is ctx's deadline: the caller gives up at end
 	state acquireState
 }
 
@@ -97,29 +98,40 @@ func (c *Client) newAcquisition(ctx context.Context, name string, opts []Option)
 	if o.waitSet {
 		a.end = a.first.Add(o.wait)
 	}
-	if dl, ok := ctx.Deadline(); ok && (a.end.IsZero() || dl.Before(a.end)) {
-		a.end = dl
+	if dl, ok := ctx.Deadline(); ok && (a.end.IsZero() || !dl.After(a.end)) {
+		a.end, a.byCtx = dl, true
 	}
 	return a, nil
 }
 
-// run sends calls until the acquisition ends.
+// run sends calls until the acquisition ends. Once the caller has given
+// up, whatever the timing of the last answer, the acquisition is abandoned.
 func (a *acquisition) run(ctx context.Context) (*Lock, error) {
+	var err error // the last answer
 	for {
+		if a.gaveUp(ctx) {
+			return nil, a.abandon(a.gaveUpError(ctx, err))
+		}
 		wait, last := a.nextWait()
+		keep := !last && wait > 0 // the last call's place goes when it ends
 		called := time.Now()
-		g, err := a.send(ctx, wait, !last) // the last call's place goes when it ends
+		var g *fencelockv1.Grant
+		g, err = a.send(ctx, wait, keep)
 		switch {
 		case err == nil:
 			return a.granted(ctx, g)
-		case ctx.Err() != nil:
-			return nil, a.abandon(fmt.Errorf("%w (last answer: %w)", context.Cause(ctx), err))
+		case a.gaveUp(ctx):
+			return nil, a.abandon(a.gaveUpError(ctx, err))
 		case errors.Is(err, fencelock.ErrLockHeld) && a.waitLeft():
 			// This call ran out before the wait did (a node ends a call at
 			// its max wait, keeping the request's place): the next call
 			// resumes it.
 			a.state = stateQueued
 			a.pause(ctx, called)
+		case errors.Is(err, fencelock.ErrLockHeld) && keep:
+			// The wait is over (the call outlasted it, retried), and the
+			// place this call kept waits for a call that will not come.
+			return nil, a.abandon(err)
 		case retryable(err):
 			// The retries ran out with the outcome unknown.
 			return nil, a.abandon(err)
@@ -132,6 +144,26 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 
 // waitLeft reports whether the wait is not over yet.
 func (a *acquisition) waitLeft() bool { return a.end.IsZero() || time.Until(a.end) > 0 }
+
+// gaveUp reports whether the caller gave up: ctx ended, or its deadline
+// passed (a context ends a moment after its deadline, and an answer that
+// comes in between finds ctx still live).
+func (a *acquisition) gaveUp(ctx context.Context) bool {
+	return ctx.Err() != nil || a.byCtx && !a.waitLeft()
+}
+
+// gaveUpError is the error of an acquisition whose caller gave up, after
+// last (the last answer; nil if none).
+func (a *acquisition) gaveUpError(ctx context.Context, last error) error {
+	cause := context.Cause(ctx)
+	if cause == nil {
+		cause = context.DeadlineExceeded
+	}
+	if last == nil {
+		return cause
+	}
+	return fmt.Errorf("%w (last answer: %w)", cause, last)
+}
 
 // nextWait returns how long the next call waits, and whether it is the
 // last (the wait is over when it ends).
@@ -202,11 +234,12 @@ func (a *acquisition) granted(ctx context.Context, g *fencelockv1.Grant) (*Lock,
 	return a.c.newLock(g, start, seqStart, a.o.margin), nil
 }
 
-// abandon ends an acquisition whose outcome is unknown with err: whatever
-// its request left on the service is taken back in the background. The
-// node takes it back by itself too, a few seconds after the request's
-// last call ended; this is sooner, and it also ends a grant whose answer
-// was lost on the way.
+// abandon ends with err an acquisition that may have left something on
+// the service (a place in the queue, a grant): it sends CancelWait at
+// once, in the background, on a context of its own. The node takes it
+// back by itself too, a few seconds after the request's last call ended;
+// this is sooner, and it also ends a grant whose answer was lost on the
+// way.
 func (a *acquisition) abandon(err error) error {
 	a.state = stateAbandoned
 	done := a.c.takeBacks.hold(a.o.requestID)

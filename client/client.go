@@ -25,13 +25,19 @@ type Config struct {
 	// Holder labels this client's grants (shown by Describe); default
 	// hostname/pid.
 	Holder string
-	// HTTPClient carries the calls; default one HTTP/2 connection per node
-	// (h2c for http:// endpoints) that carries every call. However it is
-	// made, a node that stops answering while calls are out on its stream
-	// is found within about three seconds (pings on the stream, only while
-	// calls are out). A client of your own
-	// must speak HTTP/2 to http:// endpoints for gRPC-style waits to work
-	// well; HTTP/1.1 works, one connection per call in flight.
+	// HTTPClient carries the calls. The default speaks HTTP/2 (h2c for
+	// http:// endpoints) on one connection per node, and carries Acquire,
+	// Renew, Release and CancelWait on one Session stream per node; a node
+	// that stops answering while calls are out on its stream is found
+	// within about three seconds (pings on the stream, only while calls
+	// are out). A client of your own that speaks HTTP/2 to the nodes gets
+	// the same. One that reaches a node only over HTTP/1.1 (an
+	// http.Transport without h2c for http://, a proxy that speaks HTTP/1.1)
+	// works too: the node refuses its first Session stream (505), and the
+	// client then makes every call to that node as a unary call, one
+	// connection per call in flight. Unary calls send no pings: a node that
+	// freezes is found only when an attempt runs out (AttemptTimeout plus
+	// the call's wait).
 	HTTPClient *http.Client
 	// RetryBackoff is the first pause before retrying a call whose outcome
 	// was unknown; it doubles up to MaxRetryBackoff.
@@ -138,6 +144,10 @@ func NewFromConfig(cfg Config) (*Client, error) {
 	if c.hc == nil {
 		tr := newTransport(cfg.TLS)
 		c.hc, c.close = &http.Client{Transport: tr}, tr.(schemes).CloseIdleConnections
+	} else {
+		hc := *c.hc
+		hc.Transport = streamCheck{next: transportOf(c.hc)}
+		c.hc = &hc
 	}
 	if cfg.Token != "" {
 		hc := *c.hc

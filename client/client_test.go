@@ -469,3 +469,122 @@ func TestAcquire_OneRequestIDOnTwoLocks(t *testing.T) {
 		t.Errorf("request id with a zero byte: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestClient_WorksOverHTTP1: a client whose HTTP client cannot speak
+// HTTP/2 (a plain http.Transport to an http:// node) gets its Session
+// stream refused, and makes its calls as unary calls: a try-lock, a wait
+// in the queue until a release, a renewal, a release, and the take-back of
+// a caller that gives up all work.
+func TestClient_WorksOverHTTP1(t *testing.T) {
+	addr := startServer(t)
+	cfg := client.DefaultConfig(addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.HTTPClient = &http.Client{Transport: &http.Transport{}}
+	c, err := client.NewFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	first, err := c.TryAcquire(ctx, "h1")
+	if err != nil {
+		t.Fatalf("try-lock over HTTP/1.1 = %v, want a grant", err)
+	}
+	waited := make(chan *client.Lock, 1)
+	go func() {
+		l, err := c.Acquire(ctx, "h1", client.WithWait(5*time.Second))
+		if err != nil {
+			t.Errorf("acquire waiting over HTTP/1.1 = %v, want the grant after the release", err)
+		}
+		waited <- l
+	}()
+	waitForWaiters(t, c, "h1", 1)
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("release over HTTP/1.1: %v", err)
+	}
+	second := <-waited
+	if second == nil {
+		t.FailNow()
+	}
+	if _, err := c.Renew(ctx, "h1", second.LeaseID(), second.Token()); err != nil {
+		t.Fatalf("renew over HTTP/1.1: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancelShort()
+	if _, err := c.Acquire(short, "h1"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire that gave up over HTTP/1.1 = %v, want context.DeadlineExceeded", err)
+	}
+	waitForWaiters(t, c, "h1", 0)
+	if err := second.Release(ctx); err != nil {
+		t.Fatalf("release over HTTP/1.1: %v", err)
+	}
+}
+
+// waitForWaiters waits until the named lock has n waiters, for at most
+// half the node's take-back of a request whose call ended (3 s): a waiter
+// that leaves sooner was taken back by its client.
+func waitForWaiters(tb testing.TB, c *client.Client, name string, n int) {
+	tb.Helper()
+	const nodeTakeBack = 3 * time.Second
+	deadline := time.Now().Add(nodeTakeBack / 2)
+	for {
+		li, err := c.Describe(context.Background(), name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if li.WaiterCount == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("lock %q has waiters %+v, want %d", name, li.Waiters, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lateContext is a context whose deadline has passed while it has not
+// ended yet. A context's timer fires a moment after its deadline; an
+// answer that comes in that moment finds the context live. Here the moment
+// lasts as long as the parent context.
+type lateContext struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c lateContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// TestAcquire_AnswerAfterTheDeadlineLeavesNoWaiter: a waiter's call that
+// comes back after the caller's deadline, before its context has ended,
+// ends the acquisition as abandoned and takes its place back at once. The
+// node cut the call at its max wait and kept the place for a next call
+// that will not come.
+func TestAcquire_AnswerAfterTheDeadlineLeavesNoWaiter(t *testing.T) {
+	const maxWait = 300 * time.Millisecond
+	addr := startServerWith(t, func(cfg *server.Config) { cfg.MaxWait = maxWait })
+	holderC := quietClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holder, err := holderC.Acquire(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	// The waiter's stream reaches the node 300 ms after its call starts:
+	// the call asks for more than the node's max wait (so the node keeps
+	// its place when it ends it), and its answer comes after the deadline.
+	cfg := client.DefaultConfig(addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.HTTPClient = &http.Client{Transport: &slowAcquires{delay: 300 * time.Millisecond, next: testproc.H2CTransport()}}
+	waiter, err := client.NewFromConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	late := lateContext{Context: ctx, deadline: time.Now().Add(maxWait + 100*time.Millisecond)}
+	_, err = waiter.Acquire(late, "late")
+	waitForWaiters(t, holderC, "late", 0)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, fencelock.ErrLockHeld) {
+		t.Fatalf("acquire answered after its deadline = %v, want context.DeadlineExceeded after ErrLockHeld", err)
+	}
+}

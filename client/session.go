@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -24,10 +26,13 @@ const maxMessageBytes = 32 << 10
 // the API): acquire, renew, release and cancelWait travel on it, those
 // ready together in one message; describe and list are unary calls. A
 // broken stream fails the calls on it, and the next call opens another.
+// When the HTTP client cannot reach the node with HTTP/2 (errNoStreams),
+// the calls of that stream and every later call are unary calls instead.
 type sessionNode struct {
 	*connectNode
-	mu  sync.Mutex
-	cur *stream // nil: none open
+	noStreams atomic.Bool // the node is reached without HTTP/2: unary calls only
+	mu        sync.Mutex
+	cur       *stream // nil: none open
 }
 
 func newSessionNode(n *connectNode) *sessionNode { return &sessionNode{connectNode: n} }
@@ -91,8 +96,12 @@ func (n *sessionNode) close() {
 }
 
 // do makes one call on the stream and waits for its result. When ctx ends
-// first, the call is cancelled on the node.
+// first, the call is cancelled on the node. A stream the node refused for
+// want of HTTP/2 turns this call and the later ones into unary calls.
 func (n *sessionNode) do(ctx context.Context, c *fencelockv1.Call) (*fencelockv1.Result, error) {
+	if n.noStreams.Load() {
+		return n.unary(ctx, c)
+	}
 	st := n.open()
 	ch, id := st.add(c)
 	select {
@@ -102,6 +111,10 @@ func (n *sessionNode) do(ctx context.Context, c *fencelockv1.Call) (*fencelockv1
 		}
 		return r, nil
 	case <-st.dead:
+		if errors.Is(st.err, errNoStreams) {
+			n.noStreams.Store(true)
+			return n.unary(ctx, c)
+		}
 		return nil, wire.NoAnswer(st.err)
 	case <-ctx.Done():
 		st.drop(id)
@@ -129,14 +142,21 @@ func (st *stream) add(c *fencelockv1.Call) (chan *fencelockv1.Result, uint64) {
 	return ch, c.Id
 }
 
-// drop forgets call id and cancels it on the node.
+// drop forgets call id and cancels it on the node. A call not sent yet is
+// not sent at all: the node reads a message's cancels before its calls, so
+// a cancel sent with its call would be lost.
 func (st *stream) drop(id uint64) {
 	st.mu.Lock()
-	if _, ok := st.calls[id]; ok {
-		delete(st.calls, id)
-		st.cancels = append(st.cancels, id)
+	defer st.mu.Unlock()
+	if _, ok := st.calls[id]; !ok {
+		return
 	}
-	st.mu.Unlock()
+	delete(st.calls, id)
+	if i := slices.IndexFunc(st.pending, func(c *fencelockv1.Call) bool { return c.Id == id }); i >= 0 {
+		st.pending = slices.Delete(st.pending, i, i+1)
+		return
+	}
+	st.cancels = append(st.cancels, id)
 	st.signal()
 }
 

@@ -118,3 +118,28 @@ func TestStream_PingsOnlyWhileCallsAreOut(t *testing.T) {
 		t.Fatalf("an acquire waiting on a frozen node still waits %v after the stop", time.Since(stopped).Round(time.Second))
 	}
 }
+
+// TestStream_DropBeforeSendSendsNothing: a call dropped before the writer
+// took it is not sent, and no cancel goes for it (the node reads a
+// message's cancels before its calls, and would run the call); a call
+// dropped after the writer took it is cancelled.
+func TestStream_DropBeforeSendSendsNothing(t *testing.T) {
+	st := &stream{wake: make(chan struct{}, 1), dead: make(chan struct{}), calls: make(map[uint64]chan *fencelockv1.Result)}
+	st.timer = time.AfterFunc(time.Hour, func() {})
+	defer st.timer.Stop()
+	acquire := func() *fencelockv1.Call {
+		return &fencelockv1.Call{Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{Name: "x"}}}
+	}
+	_, sent := st.add(acquire())
+	st.pending = nil // the writer took it
+	_, kept := st.add(acquire())
+	_, dropped := st.add(acquire())
+	st.drop(dropped)
+	st.drop(sent)
+	if len(st.pending) != 1 || st.pending[0].Id != kept {
+		t.Errorf("pending calls %v, want only call %d: a call dropped before it was sent is not sent", st.pending, kept)
+	}
+	if len(st.cancels) != 1 || st.cancels[0] != sent {
+		t.Errorf("cancels %v, want only call %d, the one sent", st.cancels, sent)
+	}
+}

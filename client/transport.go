@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/net/http2"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
@@ -120,6 +122,28 @@ func (s schemes) CloseIdleConnections() {
 	}
 }
 
+// errNoStreams: the HTTP client reached the node without HTTP/2, which a
+// Session stream needs (a transport without h2c for http://, a proxy that
+// speaks HTTP/1.1). The node refuses such a stream before it reads a call.
+var errNoStreams = errors.New("no HTTP/2 to the node: Session streams need it")
+
+// streamCheck fails a Session stream that did not get HTTP/2 from the node
+// with an error wrapping errNoStreams, whatever the node or a proxy
+// answered (the node answers 505 HTTP Version Not Supported).
+type streamCheck struct{ next http.RoundTripper }
+
+func (s streamCheck) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.next.RoundTrip(r)
+	if err != nil || !strings.HasSuffix(r.URL.Path, fencelockv1connect.LockServiceSessionProcedure) {
+		return resp, err
+	}
+	if resp.ProtoMajor < 2 || resp.StatusCode == http.StatusHTTPVersionNotSupported {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s answered %s over HTTP/%d.%d: %w", r.URL.Host, resp.Status, resp.ProtoMajor, resp.ProtoMinor, errNoStreams)
+	}
+	return resp, nil
+}
+
 // connectNode holds the unary calls of node, over Connect on hc
 // (sessionNode adds the rest).
 type connectNode struct {
@@ -152,4 +176,41 @@ func (n *connectNode) checkSequencer(ctx context.Context, seq string) (*fenceloc
 		return nil, wire.FromCall(err)
 	}
 	return resp.Msg, nil
+}
+
+// unary makes call c (an Acquire, Renew, Release or CancelWait) as a
+// unary call: the route of a client without HTTP/2 to the node. The node
+// runs it through the same method as a call of a stream, and a call whose
+// ctx ends is cancelled on the node as a stream's is.
+func (n *connectNode) unary(ctx context.Context, c *fencelockv1.Call) (*fencelockv1.Result, error) {
+	r := &fencelockv1.Result{Id: c.Id}
+	var err error
+	switch op := c.Op.(type) {
+	case *fencelockv1.Call_Acquire:
+		var resp *connect.Response[fencelockv1.AcquireResponse]
+		if resp, err = n.rpc.Acquire(ctx, connect.NewRequest(op.Acquire)); err == nil {
+			r.Result = &fencelockv1.Result_Acquire{Acquire: resp.Msg}
+		}
+	case *fencelockv1.Call_Renew:
+		var resp *connect.Response[fencelockv1.RenewResponse]
+		if resp, err = n.rpc.Renew(ctx, connect.NewRequest(op.Renew)); err == nil {
+			r.Result = &fencelockv1.Result_Renew{Renew: resp.Msg}
+		}
+	case *fencelockv1.Call_Release:
+		var resp *connect.Response[fencelockv1.ReleaseResponse]
+		if resp, err = n.rpc.Release(ctx, connect.NewRequest(op.Release)); err == nil {
+			r.Result = &fencelockv1.Result_Release{Release: resp.Msg}
+		}
+	case *fencelockv1.Call_CancelWait:
+		var resp *connect.Response[fencelockv1.CancelWaitResponse]
+		if resp, err = n.rpc.CancelWait(ctx, connect.NewRequest(op.CancelWait)); err == nil {
+			r.Result = &fencelockv1.Result_CancelWait{CancelWait: resp.Msg}
+		}
+	default:
+		return nil, fmt.Errorf("call %d has no operation: %w", c.Id, fencelock.ErrInvalidArgument)
+	}
+	if err != nil {
+		return nil, wire.FromCall(err)
+	}
+	return r, nil
 }
