@@ -11,10 +11,12 @@ import (
 // heartbeat rounds per second. A caller joins the next round that has not
 // started yet, never one already running: the round that answers it began
 // after the caller arrived, so it proves as much as a round of its own
-// would. (hashicorp/raft counts toward a round any follower reply that
-// arrives after the round starts, even to an RPC sent just before it; a
-// follower refuses to vote for another leader until a heartbeat timeout
-// after it last heard from this one, which covers that gap.)
+// would. hashicorp/raft counts toward a round any follower reply that
+// arrives after the round starts, even to an RPC sent before it: a quorum
+// of such replies proves only that a quorum followed this node when each
+// reply was sent, at most rpcTimeout before it arrived (a vote for a
+// leadership transfer can come right after). A new leader therefore arms
+// leases with rpcTimeout on top of their TTL (becomeReady).
 type leaderCheck struct {
 	verify func() error
 

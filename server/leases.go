@@ -51,10 +51,11 @@ func (t *leaseTable) isActive() bool {
 	return t.active
 }
 
-// activate arms every current grant with its full TTL from now and starts
-// tracking new grants, unless leadership was lost since epoch was read. It
-// returns the number of leases armed and whether it activated.
-func (t *leaseTable) activate(epoch uint64, holders func() map[fencelock.LockName]fsm.Holder, now time.Time) (int, bool) {
+// activate arms every current grant with its full TTL and extra from now
+// and starts tracking new grants, unless leadership was lost since epoch
+// was read. It returns the number of leases armed and whether it
+// activated.
+func (t *leaseTable) activate(epoch uint64, holders func() map[fencelock.LockName]fsm.Holder, now time.Time, extra time.Duration) (int, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.epoch != epoch {
@@ -63,7 +64,7 @@ func (t *leaseTable) activate(epoch uint64, holders func() map[fencelock.LockNam
 	t.active = true
 	hs := holders()
 	for name, h := range hs {
-		t.armLocked(name, h, now)
+		t.armLocked(name, h, now, extra)
 	}
 	return len(hs), true
 }
@@ -85,13 +86,13 @@ func (t *leaseTable) granted(name fencelock.LockName, h fsm.Holder, now time.Tim
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.active {
-		t.armLocked(name, h, now)
+		t.armLocked(name, h, now, 0)
 	}
 }
 
-func (t *leaseTable) armLocked(name fencelock.LockName, h fsm.Holder, now time.Time) {
+func (t *leaseTable) armLocked(name fencelock.LockName, h fsm.Holder, now time.Time, extra time.Duration) {
 	ttl := time.Duration(h.TTL)
-	deadline := now.Add(ttl)
+	deadline := now.Add(ttl + extra)
 	if l := t.leases[name]; l != nil {
 		if l.token == h.Token && !deadline.After(l.deadline) {
 			return // already armed at least this long: never shorten
@@ -99,7 +100,7 @@ func (t *leaseTable) armLocked(name fencelock.LockName, h fsm.Holder, now time.T
 		l.timer.Stop()
 	}
 	l := &lease{token: h.Token, leaseID: h.LeaseID, ttl: ttl, deadline: deadline}
-	l.timer = time.AfterFunc(ttl, func() { t.fire(name, l) })
+	l.timer = time.AfterFunc(ttl+extra, func() { t.fire(name, l) })
 	t.leases[name] = l
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/internal/testproc"
 )
 
 func TestLeaseTable_ActivationVoidAfterLostLeadership(t *testing.T) {
@@ -15,10 +16,10 @@ func TestLeaseTable_ActivationVoidAfterLostLeadership(t *testing.T) {
 	}
 	epoch := lt.currentEpoch() // became leader; the barrier is under way
 	lt.deactivate()            // ...and lost leadership before it ended
-	if _, ok := lt.activate(epoch, holders, time.Now()); ok || lt.isActive() {
+	if _, ok := lt.activate(epoch, holders, time.Now(), 0); ok || lt.isActive() {
 		t.Fatal("an activation begun before leadership was lost armed the lease table")
 	}
-	if _, ok := lt.activate(lt.currentEpoch(), holders, time.Now()); !ok || !lt.isActive() {
+	if _, ok := lt.activate(lt.currentEpoch(), holders, time.Now(), 0); !ok || !lt.isActive() {
 		t.Fatal("a fresh activation did not arm the lease table")
 	}
 	lt.deactivate()
@@ -27,7 +28,7 @@ func TestLeaseTable_ActivationVoidAfterLostLeadership(t *testing.T) {
 func TestLeaseTable_RenewNeverShortens(t *testing.T) {
 	lt := newLeaseTable(func(fencelock.LockName, fencelock.Token) error { return nil })
 	now := time.Now()
-	lt.activate(lt.currentEpoch(), func() map[fencelock.LockName]fsm.Holder { return nil }, now)
+	lt.activate(lt.currentEpoch(), func() map[fencelock.LockName]fsm.Holder { return nil }, now, 0)
 	defer lt.deactivate()
 	lt.granted("a", fsm.Holder{Token: 3, LeaseID: "L", TTL: int64(time.Minute)}, now.Add(30*time.Second))
 	if _, r := lt.renew("a", "L", 3, now); r != renewed {
@@ -38,5 +39,26 @@ func TestLeaseTable_RenewNeverShortens(t *testing.T) {
 	}
 	if _, r := lt.renew("a", "OTHER", 3, now); r != notArmed {
 		t.Errorf("renew with a wrong lease id: %v, want notArmed", r)
+	}
+}
+
+// TestServer_NewLeaderArmsLeasesWithTheRPCTimeout: a leader arms the
+// leases it finds with their TTL and rpcTimeout on top, as the old leader
+// may confirm renewals with replies up to rpcTimeout late (leaderCheck).
+func TestServer_NewLeaderArmsLeasesWithTheRPCTimeout(t *testing.T) {
+	dir, addr := t.TempDir(), testproc.FreeAddr(t)
+	tweak := func(c *Config) { c.DataDir, c.RaftAddr = dir, addr }
+	s := openInProcessWith(t, tweak)
+	g, err := s.Acquire(t.Context(), AcquireRequest{Name: "a", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	before := time.Now()
+	again := openInProcessWith(t, tweak)
+	exp, ok := again.leases.expiry("a", g.Token)
+	if want := before.Add(time.Minute + rpcTimeout(again.cfg)); !ok || exp.Before(want) {
+		t.Fatalf("the lease is armed until %v after the restart began (%v); want at least TTL + rpcTimeout = %v",
+			exp.Sub(before), ok, want.Sub(before))
 	}
 }

@@ -155,6 +155,10 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// rpcTimeout bounds a Raft RPC, its reply included: a reply that has not
+// arrived within it fails the RPC and is never counted.
+func rpcTimeout(cfg Config) time.Duration { return max(2*time.Second, 4*cfg.HeartbeatTimeout) }
+
 // openTransport listens on the node's Raft address; with PeerTLS, gate
 // says which peers may connect or be connected to.
 func openTransport(cfg Config, raftLog hclog.Logger, gate *peerGate) (*raft.NetworkTransport, error) {
@@ -162,7 +166,7 @@ func openTransport(cfg Config, raftLog hclog.Logger, gate *peerGate) (*raft.Netw
 	if err != nil {
 		return nil, fmt.Errorf("resolve raft address %q: %w", cfg.RaftAddr, err)
 	}
-	tc := &raft.NetworkTransportConfig{Logger: raftLog, MaxPool: 3, Timeout: max(2*time.Second, 4*cfg.HeartbeatTimeout)}
+	tc := &raft.NetworkTransportConfig{Logger: raftLog, MaxPool: 3, Timeout: rpcTimeout(cfg)}
 	if len(cfg.PeerAddrs) > 0 {
 		tc.ServerAddressProvider = peerAddrs(cfg.PeerAddrs)
 	}
@@ -298,7 +302,8 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 
 // becomeReady waits for a barrier (retrying while this node stays leader),
 // so that every entry of earlier terms is applied, then re-arms every lease
-// with its full TTL. It gives up if leadership is lost meanwhile.
+// with its full TTL and rpcTimeout. It gives up if leadership is lost
+// meanwhile.
 func (s *Server) becomeReady(epoch uint64) {
 	for {
 		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
@@ -316,7 +321,11 @@ func (s *Server) becomeReady(epoch uint64) {
 		}
 	}
 	s.ensureIdentity()
-	n, ok := s.leases.activate(epoch, s.fsm.Holders, time.Now())
+	// The old leader may still confirm a renewal with a reply sent before
+	// its followers voted for this node and delivered up to rpcTimeout
+	// later (leaderCheck); the leases it extended so count from at most
+	// that long after this moment.
+	n, ok := s.leases.activate(epoch, s.fsm.Holders, time.Now(), rpcTimeout(s.cfg))
 	if !ok {
 		return
 	}
