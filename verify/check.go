@@ -19,7 +19,8 @@ type Check struct {
 	// a violation, but not a proof either.
 	Unknown  bool     `json:"unknown,omitempty"`
 	Problems []string `json:"problems,omitempty"` // evidence, at most maxProblems
-	Checked  int      `json:"checked"`            // how many operations it looked at
+	Checked  int      `json:"checked"`            // how many operations (or hand-overs) it looked at
+	Note     string   `json:"note,omitempty"`     // what it measured besides, in a sentence
 }
 
 func (c *Check) problem(format string, a ...any) {
@@ -37,7 +38,14 @@ func (c Check) String() string {
 	case c.Unknown:
 		v = "unknown"
 	}
-	s := fmt.Sprintf("%-14s %-9s (%d ops)", c.Name, v, c.Checked)
+	unit := "ops"
+	if c.Name == "lease" {
+		unit = "hand-overs"
+	}
+	s := fmt.Sprintf("%-14s %-9s (%d %s)", c.Name, v, c.Checked, unit)
+	if c.Note != "" {
+		s += "\n    " + c.Note
+	}
 	for _, p := range c.Problems {
 		s += "\n    " + p
 	}

@@ -43,7 +43,7 @@ const NemesisProcess = -1
 // Op is one event of a history.
 type Op struct {
 	Index   int           `json:"index"`
-	Time    time.Duration `json:"time"` // since the run started, on the harness's monotonic clock
+	Time    time.Duration `json:"time"` // since the run started, on CLOCK_MONOTONIC (monoNow)
 	Process int           `json:"process"`
 	Type    Type          `json:"type"`
 	F       string        `json:"f"`
@@ -56,20 +56,59 @@ type Op struct {
 	Code    string        `json:"code,omitempty"`  // fail/info: the error's wire code
 	Error   string        `json:"error,omitempty"`
 	Details string        `json:"details,omitempty"` // nemesis: what happened
+	// Granted, on an acquire's ok, is when the worker's Acquire returned:
+	// the grant existed by then. 0: not reported.
+	Granted time.Duration `json:"granted,omitempty"`
+	// End, on a release's completion, is what the holder saw of its
+	// lease's end. nil: not reported.
+	End *LeaseEnd `json:"end,omitempty"`
 }
 
-// History records events from many goroutines on one monotonic clock.
+// LeaseEnd is what a worker saw of one grant's lease ending, on the
+// history's clock. A worker looks at its lock every few milliseconds, and
+// once more just before it releases it; each look reads the clock first.
+type LeaseEnd struct {
+	// Alive is the last look at which the holder still held the lease by
+	// its own account: the lock's context not done and its deadline not
+	// passed (Lock.Err would have returned nil). The holder's view
+	// therefore ended after Alive. 0: never seen so.
+	Alive time.Duration `json:"alive,omitempty"`
+	// CtxAlive is the last look at which the lock's context was not done,
+	// deadline or not: the context ended after CtxAlive. 0: never seen so.
+	CtxAlive time.Duration `json:"ctx_alive,omitempty"`
+	// Done is read just after the context was seen done: it ended before.
+	Done time.Duration `json:"done"`
+	// Deadline is the lease's deadline (last confirmed renewal + TTL -
+	// safety margin) as it stood when the context ended.
+	Deadline time.Duration `json:"deadline"`
+	// Cause is "released" for an end by Release, and otherwise the error
+	// code of the context's cause (lease_expired, not_holder; "lost" if it
+	// has none).
+	Cause string `json:"cause"`
+}
+
+// History records events from many goroutines on CLOCK_MONOTONIC, the
+// clock every process of the run reads.
 type History struct {
-	start time.Time
+	start time.Duration // monoNow when the history started
 	mu    sync.Mutex
 	ops   []Op
 }
 
 // NewHistory starts a history; times are measured from now.
-func NewHistory() *History { return &History{start: time.Now()} }
+func NewHistory() *History { return &History{start: monoNow()} }
 
 // Now returns the time since the history started.
-func (h *History) Now() time.Duration { return time.Since(h.start) }
+func (h *History) Now() time.Duration { return monoNow() - h.start }
+
+// Since returns the CLOCK_MONOTONIC reading mono (taken in any process of
+// the machine) as a time of the history; 0 stays 0 (no reading).
+func (h *History) Since(mono time.Duration) time.Duration {
+	if mono == 0 {
+		return 0
+	}
+	return mono - h.start
+}
 
 // Add stamps op with the next index and the current time and records it.
 // It returns the stamped op.
@@ -77,7 +116,7 @@ func (h *History) Add(op Op) Op {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	op.Index = len(h.ops)
-	op.Time = time.Since(h.start)
+	op.Time = monoNow() - h.start
 	h.ops = append(h.ops, op)
 	return op
 }

@@ -9,16 +9,27 @@ import (
 // WriteTable writes the results as a Markdown table, then the evidence of
 // every failed check.
 func WriteTable(w io.Writer, results []Result) {
-	fmt.Fprintln(w, "| scenario | seed | nodes | time | ops | ok | fail | info | grants | faults | leader changes | snapshot restores local/installed | leases lost | stale writes rejected | verdict |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| scenario | seed | nodes | time | ops | ok | fail | info | grants | faults | leader changes | snapshot restores local/installed | leases lost | stale writes rejected | lease hand-overs (after a loss) | verdict |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		if r.Skipped != "" {
-			fmt.Fprintf(w, "| %s %s | %d | %d | - | - | - | - | - | - | - | - | - | - | - | SKIPPED |\n", r.Number(), r.Scenario, r.Seed, r.Nodes)
+			fmt.Fprintf(w, "| %s %s | %d | %d | - | - | - | - | - | - | - | - | - | - | - | - | SKIPPED |\n", r.Number(), r.Scenario, r.Seed, r.Nodes)
 			continue
 		}
-		fmt.Fprintf(w, "| %s %s | %d | %d | %v | %d | %d | %d | %d | %d | %d | %d | %d/%d | %d | %d | %s |\n",
+		fmt.Fprintf(w, "| %s %s | %d | %d | %v | %d | %d | %d | %d | %d | %d | %d | %d/%d | %d | %d | %d (%d) | %s |\n",
 			r.Number(), r.Scenario, r.Seed, r.Nodes, r.Duration, r.Ops, r.OK, r.Fail, r.Info, r.Grants, r.Faults,
-			r.LeaderChanges, r.LocalRestores, r.InstalledSnapshots, r.LeasesLost, r.StaleRejected, r.Verdict)
+			r.LeaderChanges, r.LocalRestores, r.InstalledSnapshots, r.LeasesLost, r.StaleRejected, r.Handovers, r.HandoversLost, r.Verdict)
+	}
+	var notes []string
+	for _, r := range results {
+		for _, c := range r.Checks {
+			if c.Name == "lease" && c.Note != "" {
+				notes = append(notes, fmt.Sprintf("  %s: %s", r.Scenario, c.Note))
+			}
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(w, "\nlease hand-overs:\n%s\n", strings.Join(notes, "\n"))
 	}
 	var skipped []string
 	for _, r := range results {
@@ -45,7 +56,7 @@ func WriteTable(w io.Writer, results []Result) {
 	}
 }
 
-// Number returns the scenario's number ("1".."6", "neg").
+// Number returns the scenario's number ("1".."7", "neg", "neg7", "negL").
 func (r Result) Number() string {
 	if s, ok := Lookup(r.Scenario); ok {
 		return s.Number

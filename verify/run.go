@@ -131,15 +131,19 @@ type Result struct {
 	// the leader brought up to date with InstallSnapshot. From the nodes'
 	// logs when the harness runs them; from their /metrics (polled, so a
 	// lower bound) on an existing deployment.
-	LocalRestores      int     `json:"local_restores"`
-	InstalledSnapshots int     `json:"installed_snapshots"`
-	LeasesLost         int     `json:"leases_lost"`    // renews/releases refused: the grant had ended
-	StaleRejected      int     `json:"stale_rejected"` // writes and fence raises refused for a stale token
-	MemberChanges      int     `json:"member_changes"` // completed membership changes (removals, re-joins)
-	Restores           int     `json:"restores"`       // backups restored into a wiped node (scenario 7)
-	RestoreFailures    int     `json:"restore_failures,omitempty"`
-	Refusals           int     `json:"refusals"` // removals refused because they would break quorum (expected)
-	Checks             []Check `json:"checks"`
+	LocalRestores      int `json:"local_restores"`
+	InstalledSnapshots int `json:"installed_snapshots"`
+	LeasesLost         int `json:"leases_lost"`    // renews/releases refused: the grant had ended
+	StaleRejected      int `json:"stale_rejected"` // writes and fence raises refused for a stale token
+	MemberChanges      int `json:"member_changes"` // completed membership changes (removals, re-joins)
+	Restores           int `json:"restores"`       // backups restored into a wiped node (scenario 7)
+	RestoreFailures    int `json:"restore_failures,omitempty"`
+	Refusals           int `json:"refusals"` // removals refused because they would break quorum (expected)
+	// Handovers counts the lease hand-overs the lease checker checked;
+	// HandoversLost those after a lease that ended other than by Release.
+	Handovers     int     `json:"handovers"`
+	HandoversLost int     `json:"handovers_lost"`
+	Checks        []Check `json:"checks"`
 	// Skipped says why the scenario did not run (against an existing
 	// deployment, a nemesis that needs the harness's own processes).
 	Skipped string `json:"skipped,omitempty"`
@@ -174,9 +178,13 @@ type env struct {
 	// restoreFailures counts restores that failed: the node then started
 	// empty, a new cluster in epoch 0, which proves nothing.
 	restoreFailures atomic.Int64
-	log             *slog.Logger
-	tls             *tlsRun // Config.TLS; nil: plain
-	workLog         io.Writer
+	// rewinds are the history times at which the node was killed to be
+	// restored from a backup (LeaseOptions.Rewinds).
+	rewinds   []time.Duration
+	rewindsMu sync.Mutex
+	log       *slog.Logger
+	tls       *tlsRun // Config.TLS; nil: plain
+	workLog   io.Writer
 	// admin asks nodes for their status (status).
 	admin     *client.Client
 	adminOnce sync.Once
@@ -194,6 +202,13 @@ func (e *env) between(lo, hi time.Duration) time.Duration {
 		return lo
 	}
 	return lo + time.Duration(e.intn(int(hi-lo)))
+}
+
+// rewound records that the service is being put back to a backup now.
+func (e *env) rewound() {
+	e.rewindsMu.Lock()
+	defer e.rewindsMu.Unlock()
+	e.rewinds = append(e.rewinds, e.h.Now())
 }
 
 // nemesis records a fault event.
@@ -453,7 +468,11 @@ func (e *env) judgeRun(nodes int, seed uint64, elapsed time.Duration, obs *obser
 		r.LocalRestores, r.InstalledSnapshots = cl.restoresFromLogs()
 	}
 	countOps(ops, &r)
-	r.Checks = []Check{CheckTokens(ops), CheckStore(ops)}
+	e.rewindsMu.Lock()
+	lease, st := checkLeases(ops, LeaseOptions{Context: !sc.pausesClients(), Rewinds: e.rewinds})
+	e.rewindsMu.Unlock()
+	r.Handovers, r.HandoversLost = st.checked, st.lost
+	r.Checks = []Check{CheckTokens(ops), CheckStore(ops), lease}
 	if !sc.rewinds {
 		r.Checks = slices.Insert(r.Checks, 1, CheckLinearizable(ops, 60*time.Second, filepath.Join(dir, "linearizability.html")))
 	}

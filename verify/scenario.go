@@ -25,6 +25,10 @@ type Scenario struct {
 	// the resource did not fence: a negative control whose checkers must
 	// find a violation.
 	NoFencing bool
+	// LateLease makes every worker hold each lease one TTL past the
+	// client's deadline (a negative safety margin, lateLease): a negative
+	// control whose lease checker must find a violation.
+	LateLease bool
 	// Caught names the checker that must find a violation: a negative
 	// control ("" for a scenario that must pass).
 	Caught  string
@@ -65,6 +69,9 @@ func (s Scenario) Bit(r Result) Check {
 	if r.Grants < 1 {
 		c.problem("no lock was ever granted: the workload did nothing")
 	}
+	if r.Handovers < minHandovers {
+		c.problem("only %d lease hand-overs checked (a grant whose holder reported its lease's end, then a later grant of the lock), want at least %d", r.Handovers, minHandovers)
+	}
 	if s.bit != nil {
 		b := s.bit(r)
 		for _, p := range b.Problems {
@@ -73,6 +80,14 @@ func (s Scenario) Bit(r Result) Check {
 	}
 	return c
 }
+
+// minHandovers is the fewest lease hand-overs a run must check: a short
+// run makes hundreds, and one that checked none proved nothing.
+const minHandovers = 20
+
+// pausesClients reports whether the scenario freezes client processes,
+// which leaves their contexts live past the deadline (see LeaseOptions).
+func (s Scenario) pausesClients() bool { return s.zombie != nil }
 
 func need(what string, got, min int) func(*Check) {
 	return func(c *Check) {
@@ -96,6 +111,9 @@ var (
 	leaderChange = func(r Result) func(*Check) { return need("leader change(s)", r.LeaderChanges, 1) }
 	staleRefused = func(r Result) func(*Check) { return need("stale write(s) rejected", r.StaleRejected, 1) }
 	leaseLost    = func(r Result) func(*Check) { return need("lost lease(s) (renew/release refused)", r.LeasesLost, 1) }
+	lostHandover = func(r Result) func(*Check) {
+		return need("lease hand-over(s) checked after a lost lease", r.HandoversLost, 1)
+	}
 	snapshotSeen = func(r Result) func(*Check) { return need("snapshot(s) taken", r.Snapshots, 1) }
 	installed    = func(r Result) func(*Check) {
 		return need("snapshot(s) installed on a follower by the leader (InstallSnapshot)", r.InstalledSnapshots, 1)
@@ -114,8 +132,8 @@ var (
 	}
 )
 
-// Scenarios returns the scenarios in their run order: 1-6 and the
-// negative control.
+// Scenarios returns the scenarios in their run order: 1-7 and the
+// negative controls.
 func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "kill", Number: "1", Title: "one node, kill -9 and restart every few seconds",
@@ -125,7 +143,7 @@ func Scenarios() []Scenario {
 		{Name: "pause-leader", Number: "3", Title: "SIGSTOP/SIGCONT the leader for 1-3x the TTL",
 			Nodes: 3, MinNodes: 3, nemesis: pauseLeader, hook: []string{"resume"}, bit: bits(leaderChange)},
 		{Name: "zombie-client", Number: "4", Title: "SIGSTOP a client, or cut it from the lock service, between its acquire and its write, for longer than the TTL",
-			Nodes: 1, MinNodes: 1, zombie: zombie, bit: bits(staleRefused, leaseLost)},
+			Nodes: 1, MinNodes: 1, zombie: zombie, bit: bits(staleRefused, leaseLost, lostHandover)},
 		{Name: "snapshot-kill", Number: "5", Title: "kill -9 a follower until the leader has compacted past it (InstallSnapshot), then the leader (local restore); small snapshot threshold",
 			Nodes: 3, MinNodes: 3, nemesis: snapshotKills, hook: []string{"start"},
 			bit:         bits(leaderChange, snapshotSeen, installed, localRestore),
@@ -138,6 +156,8 @@ func Scenarios() []Scenario {
 			Nodes: 1, MinNodes: 1, NoFencing: true, Caught: "store", zombie: zombie, bit: bits(leaseLost)},
 		{Name: "negative-restore", Number: "neg7", Title: "scenario 7 restoring WITHOUT a new epoch: tokens issued after the backup come back, the checker must find it",
 			Nodes: 1, MinNodes: 1, Caught: "tokens", nemesis: restores, rewinds: true, bit: bits(restored)},
+		{Name: "negative-lease", Number: "negL", Title: "scenario 4 with every worker holding its lease one TTL past the client's deadline (a negative safety margin): the lease checker must find a grant made while the holder still held the lease",
+			Nodes: 1, MinNodes: 1, LateLease: true, Caught: "lease", zombie: zombie, bit: bits(leaseLost, lostHandover)},
 	}
 }
 
@@ -157,6 +177,7 @@ func restores(ctx context.Context, e *env) {
 		e.nemesis("backup taken: " + filepath.Base(backup))
 		sleep(ctx, e.between(1500*time.Millisecond, 2500*time.Millisecond))
 		e.killRestart(ctx, 0, func(ctx context.Context) {
+			e.rewound()
 			args := []string{"snapshot", "restore", backup, "--data-dir", nd.dataDir, "--node-id", nd.id, "--raft-addr", nd.raftAddr}
 			if e.sc.Caught == "tokens" {
 				args = append(args, "--unsafe-same-epoch")

@@ -43,6 +43,11 @@ type response struct {
 	ETag  string   `json:"etag,omitempty"`
 	Code  string   `json:"code,omitempty"`
 	Error string   `json:"error,omitempty"`
+	// At, on an acquire's ok, is the CLOCK_MONOTONIC reading taken when
+	// Acquire returned.
+	At time.Duration `json:"at,omitempty"`
+	// End, on a release's answer, is how the grant's lease ended.
+	End *leaseReport `json:"end,omitempty"`
 }
 
 // workerSetup is the first line the harness sends a worker: what to talk
@@ -53,6 +58,10 @@ type workerSetup struct {
 	Resource  string        `json:"resource"`  // spec for WorkerConfig.Open
 	Fencing   bool          `json:"fencing"`   // false only in the negative control
 	OpTimeout time.Duration `json:"op_timeout"`
+	// LateBy, in the negative control of the lease checker, makes the
+	// worker hold each lease by this long past the client's deadline
+	// (lateLease); 0 otherwise.
+	LateBy time.Duration `json:"late_by,omitempty"`
 	// TLS names the client certificate, its key and the CA of a TLS run.
 	TLS *tlsconf.Files `json:"tls,omitempty"`
 }
@@ -124,7 +133,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 	if err := enc.Encode(response{Type: OK}); err != nil { // ready
 		return fmt.Errorf("worker: write response: %w", err)
 	}
-	held := map[string]*client.Lock{}
+	held := &holdings{m: map[string]*holding{}, lateBy: setup.LateBy}
 	for sc.Scan() {
 		var req request
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
@@ -162,37 +171,68 @@ func etag(version int64) string {
 	return strconv.FormatInt(version, 10)
 }
 
-func perform(ctx context.Context, c *client.Client, res fence.Resource, held map[string]*client.Lock, req request) response {
+// holdings are the grants a worker holds, by lock name.
+type holdings struct {
+	m      map[string]*holding
+	lateBy time.Duration // WorkerSetup.LateBy
+}
+
+// holding is one held grant and the watch on its lease.
+type holding struct {
+	v lease
+	w *watch
+}
+
+// acquire takes req's lock and starts watching its lease.
+func (hs *holdings) acquire(ctx context.Context, c *client.Client, req request) response {
+	l, err := c.Acquire(ctx, req.Lock, client.WithTTL(req.TTL), client.WithWait(req.Wait))
+	if err != nil {
+		return classify(err, fencelock.ErrLockHeld)
+	}
+	at := monoNow()
+	if old := hs.m[req.Lock]; old != nil {
+		_ = old.v.Release(context.WithoutCancel(ctx)) // should not happen: the harness releases first
+	}
+	var v lease = l
+	if hs.lateBy > 0 {
+		v = newLateLease(l, hs.lateBy)
+	}
+	hs.m[req.Lock] = &holding{v: v, w: watchLease(v)}
+	return response{Type: OK, Token: uint64(l.Token()), Lease: string(l.LeaseID()), At: at}
+}
+
+// release releases req's lock and reports how its lease ended.
+func (hs *holdings) release(ctx context.Context, req request) response {
+	h := hs.m[req.Lock]
+	if h == nil {
+		return response{Type: Fail, Error: "no grant held"}
+	}
+	delete(hs.m, req.Lock)
+	h.w.look() // the latest bound, just before the release ends the context
+	err := h.v.Release(ctx)
+	resp := response{Type: OK, Token: uint64(h.v.Token())}
+	if err != nil {
+		resp = classify(err, fencelock.ErrNotHolder, fencelock.ErrLeaseExpired)
+	}
+	resp.End = h.w.report(time.Second)
+	return resp
+}
+
+func perform(ctx context.Context, c *client.Client, res fence.Resource, held *holdings, req request) response {
 	switch req.F {
 	case FAcquire:
-		l, err := c.Acquire(ctx, req.Lock, client.WithTTL(req.TTL), client.WithWait(req.Wait))
-		if err != nil {
-			return classify(err, fencelock.ErrLockHeld)
-		}
-		if old := held[req.Lock]; old != nil {
-			_ = old.Release(context.WithoutCancel(ctx)) // should not happen: the harness releases first
-		}
-		held[req.Lock] = l
-		return response{Type: OK, Token: uint64(l.Token()), Lease: string(l.LeaseID())}
+		return held.acquire(ctx, c, req)
 	case FRenew:
-		l := held[req.Lock]
-		if l == nil {
+		h := held.m[req.Lock]
+		if h == nil {
 			return response{Type: Fail, Error: "no grant held"}
 		}
-		if _, err := c.Renew(ctx, req.Lock, l.LeaseID(), l.Token()); err != nil {
+		if _, err := c.Renew(ctx, req.Lock, h.v.LeaseID(), h.v.Token()); err != nil {
 			return classify(err, fencelock.ErrNotHolder, fencelock.ErrLeaseExpired)
 		}
-		return response{Type: OK, Token: uint64(l.Token())}
+		return response{Type: OK, Token: uint64(h.v.Token())}
 	case FRelease:
-		l := held[req.Lock]
-		if l == nil {
-			return response{Type: Fail, Error: "no grant held"}
-		}
-		delete(held, req.Lock)
-		if err := l.Release(ctx); err != nil {
-			return classify(err, fencelock.ErrNotHolder, fencelock.ErrLeaseExpired)
-		}
-		return response{Type: OK, Token: uint64(l.Token())}
+		return held.release(ctx, req)
 	case FDescribe:
 		li, err := c.Describe(ctx, req.Lock)
 		if errors.Is(err, fencelock.ErrNotFound) {
@@ -274,6 +314,9 @@ func startWorker(e *env, process int) (*workerProc, error) {
 		return nil, fmt.Errorf("start worker %q: %w", argv, err)
 	}
 	ws := workerSetup{Endpoints: eps, Resource: e.resource, Fencing: !e.sc.NoFencing, OpTimeout: e.cfg.OpTimeout}
+	if e.sc.LateLease {
+		ws.LateBy = e.cfg.TTL
+	}
 	if e.tls != nil {
 		ws.TLS = &e.tls.files
 	}

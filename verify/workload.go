@@ -6,9 +6,16 @@ import (
 	"time"
 )
 
+// holdSlot is the client slot that, every other cycle, holds its grant
+// for one to two TTLs between its acquire and its fence, kept alive only by
+// the client's renewals: the server faults then find a lease in use, which
+// the service must honour, or the holder's context must end before the
+// lock goes to anyone else (CheckLeases).
+const holdSlot = 1
+
 // runClient is one client slot of the lock-set workload. It drives a
-// worker process: acquire one of the locks, maybe renew, raise the store's
-// fence to its token (so a zombie holder is refused even before this
+// worker process: acquire one of the locks, maybe renew, maybe hold it a
+// while (holdSlot), raise the store's fence to its token (so a zombie holder is refused even before this
 // holder writes), read the object, append its own unique element with its
 // token, maybe describe, release. A worker that stops answering is killed
 // and replaced by a new process number, as in Jepsen; the operation it was
@@ -30,7 +37,7 @@ func runClient(ctx context.Context, e *env, slot int) error {
 			r = response{Type: Info, Error: err.Error()}
 		}
 		e.h.Add(Op{Process: proc, Type: r.Type, F: req.F, Lock: req.Lock, Token: r.Token, Lease: r.Lease,
-			Value: r.Value, ETag: r.ETag, Code: r.Code, Error: r.Error})
+			Value: r.Value, ETag: r.ETag, Code: r.Code, Error: r.Error, Granted: e.h.Since(r.At), End: r.End.on(e.h)})
 		return r
 	}
 	ttl := e.cfg.TTL
@@ -53,6 +60,9 @@ func runClient(ctx context.Context, e *env, slot int) error {
 		tok := a.Token
 		if e.intn(3) == 0 {
 			do(request{F: FRenew, Lock: lock, Token: tok})
+		}
+		if slot == holdSlot && cycle%2 == 1 {
+			sleep(ctx, e.between(ttl, 2*ttl))
 		}
 		if f := do(request{F: FFence, Lock: lock, Token: tok}); f.Type == OK {
 			if rd := do(request{F: FRead, Lock: lock}); rd.Type == OK {
