@@ -20,7 +20,10 @@ type Token uint64
 // made the grant. A cluster starts in epoch 0 (tokens are then log indexes);
 // every restore from a backup starts the next epoch, whose tokens are all
 // above every token of the epochs before, whatever was issued after the
-// backup. Tokens stay below 2^53, so that they are exact as integers in
+// backup. That holds while one cluster grants for a resource: every voter
+// of a restored cluster must be restored with the same epoch, and two
+// clusters restored into one epoch (a copy beside the original) issue the
+// same tokens. Tokens stay below 2^53, so that they are exact as integers in
 // every adapter and wire: PostgreSQL BIGINT, Lua and JavaScript numbers
 // (doubles), JSON.
 const (
