@@ -412,9 +412,9 @@ func runScenario(ctx context.Context, cfg Config, sc Scenario, seed uint64) (Res
 	return r, nil
 }
 
-// play runs the workload, the nemesis and the observer for the run's
-// duration, then heals every fault, restarts what is down and reads the
-// final objects.
+// play runs the workload (the client slots and the hold pair), the
+// nemesis and the observer for the run's duration, then heals every
+// fault, restarts what is down and reads the final objects.
 func (e *env) play(ctx context.Context, obs *observer) error {
 	runCtx, cancel := context.WithTimeout(ctx, e.cfg.Duration)
 	defer cancel()
@@ -424,9 +424,13 @@ func (e *env) play(ctx context.Context, obs *observer) error {
 	wg.Go(func() { e.sc.Nemesis(runCtx, e) })
 	var workErr error
 	var errMu sync.Mutex
-	for p := 0; p < e.cfg.Clients; p++ {
+	for p := 0; p < e.cfg.Clients+holdPair; p++ {
+		run := runClient
+		if p >= e.cfg.Clients {
+			run = runHolder
+		}
 		wg.Go(func() {
-			if err := runClient(runCtx, e, p); err != nil {
+			if err := run(runCtx, e, p); err != nil {
 				errMu.Lock()
 				workErr = errors.Join(workErr, err)
 				errMu.Unlock()
@@ -557,7 +561,7 @@ func finalReads(ctx context.Context, e *env) error {
 		return err
 	}
 	defer w.close()
-	for l := 0; l < e.cfg.Locks; l++ {
+	for l := 0; l <= e.holdLock(); l++ {
 		lock := e.lockName(l)
 		var last error
 		for try := 0; try < 10 && ctx.Err() == nil; try++ {

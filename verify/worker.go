@@ -31,6 +31,9 @@ type request struct {
 	Wait  time.Duration `json:"wait,omitempty"`
 	Token uint64        `json:"token,omitempty"`
 	Body  []string      `json:"body,omitempty"`
+	// Timeout bounds the operation in the worker instead of the setup's
+	// operation timeout (an acquire that queues for longer).
+	Timeout time.Duration `json:"timeout,omitempty"`
 }
 
 // response is its outcome.
@@ -139,7 +142,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig, in io.Reader, out io.Write
 		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
 			return fmt.Errorf("worker: bad request: %w", err)
 		}
-		octx, cancel := context.WithTimeout(ctx, setup.OpTimeout)
+		octx, cancel := context.WithTimeout(ctx, max(setup.OpTimeout, req.Timeout))
 		if !setup.Fencing && (req.F == FFence || req.F == FWrite) {
 			req.Token = uint64(unfencedToken)
 		}
