@@ -92,7 +92,9 @@ func (c *Client) newAcquisition(ctx context.Context, name string, opts []Option)
 		return nil, err
 	}
 	a := &acquisition{c: c, name: name, o: o, ownID: o.requestID != "", first: time.Now()}
-	if !a.ownID {
+	if a.ownID {
+		a.o.requestID = c.ownRequestID(o.requestID)
+	} else {
 		a.o.requestID = string(fencelock.NewLeaseID())
 	}
 	if o.waitSet {

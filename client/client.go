@@ -2,7 +2,9 @@ package client
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -127,6 +129,16 @@ type Client struct {
 	close     func()
 	takeBacks takeBacks
 	born      time.Time // when the client was made: its renewals' grid (onRenewGrid)
+	instance  string    // random, per Client: scopes its own request ids (ownRequestID)
+}
+
+// ownRequestID is the request id sent for the caller's id rid
+// (WithRequestID): this client's instance and a hash of rid. Another
+// Client, in this process or another, sends another id for the same rid,
+// so it never gets this client's grant, place or cancel.
+func (c *Client) ownRequestID(rid string) string {
+	sum := sha256.Sum256([]byte(rid))
+	return c.instance + ":" + hex.EncodeToString(sum[:16])
 }
 
 // New returns a client of the service at endpoints (host:port or URLs),
@@ -140,7 +152,7 @@ func NewFromConfig(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, hc: cfg.HTTPClient, close: func() {}, born: time.Now()}
+	c := &Client{cfg: cfg, hc: cfg.HTTPClient, close: func() {}, born: time.Now(), instance: string(fencelock.NewLeaseID())[:16]}
 	if c.hc == nil {
 		tr := newTransport(cfg.TLS)
 		c.hc, c.close = &http.Client{Transport: tr}, tr.(schemes).CloseIdleConnections

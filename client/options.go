@@ -45,14 +45,18 @@ func WithSafetyMargin(d time.Duration) Option { return func(o *acquireOptions) {
 func WithHolder(h string) Option { return func(o *acquireOptions) { o.holder = h } }
 
 // WithRequestID sets the request id (default random). Request ids are per
-// lock. An Acquire with the id of the lock's current grant gets that grant,
-// one with the id of a waiting request takes its place in the queue, and
-// one with the id of a grant that ended within the last minute fails with
-// ErrNotHolder (a grant the caller took back after giving up is forgotten
-// at once, so asking again gets a new one). A grant found this way may be
-// older than the call (a process that used the id and died), so Acquire
-// renews it before returning, and the Lock's lease counts from that
-// renewal. A request id is UTF-8 of at most 128 bytes with no zero byte.
+// lock and per Client: an Acquire through this Client with the id of the
+// lock's current grant gets that grant, one with the id of a waiting
+// request takes its place in the queue, and one with the id of a grant
+// that ended within the last minute fails with ErrNotHolder (a grant the
+// caller took back after giving up is forgotten at once, so asking again
+// gets a new one). Another Client, in this process or another, with the
+// same id makes a request of its own: it never gets this Client's grant,
+// takes its place or cancels it. A grant found this way may be older than
+// the call (an answer lost long ago), so Acquire renews it before
+// returning, and the Lock's lease counts from that renewal. A request id
+// is UTF-8 of at most 128 bytes with no zero byte; the node sees the
+// Client's instance and a hash of it.
 func WithRequestID(id string) Option { return func(o *acquireOptions) { o.requestID = id } }
 
 // validate checks the options of an Acquire of name, filling the default

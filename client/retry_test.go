@@ -133,8 +133,8 @@ func TestAcquire_OutOfRetriesTakesTheRequestBack(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		if _, cancelled := n.counts(); len(cancelled) > 0 {
-			if cancelled[0] != "req-1" {
-				t.Fatalf("CancelWait for %q, want req-1", cancelled[0])
+			if want := c.ownRequestID("req-1"); cancelled[0] != want {
+				t.Fatalf("CancelWait for %q, want req-1's %q", cancelled[0], want)
 			}
 			return
 		}
@@ -213,7 +213,7 @@ func TestAcquire_OwnRequestIDWithoutARenewalFails(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, cancelled := n.counts(); len(cancelled) > 0 && cancelled[0] == "job-7" {
+		if _, cancelled := n.counts(); len(cancelled) > 0 && cancelled[0] == c.ownRequestID("job-7") {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -56,7 +56,7 @@ func TestAcquire_RetryWithOwnRequestIDWaitsForTheTakeBack(t *testing.T) {
 	giveUp()
 	err = <-gaveUp
 	c.takeBacks.mu.Lock()
-	mark := c.takeBacks.m["r"]
+	mark := c.takeBacks.m[c.ownRequestID("r")]
 	c.takeBacks.mu.Unlock()
 	if err := srv.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import secrets
@@ -54,6 +55,8 @@ class Client:
         if not endpoints or any(not str(e).strip() for e in endpoints):
             raise errors.InvalidArgument("client: need at least one non-empty endpoint")
         self.holder = holder if holder is not None else default_holder()
+        # Scopes the caller's own request ids to this Client (_own_request_id).
+        self._instance = secrets.token_hex(8)
         if min(attempt_timeout, wait_chunk, dial_timeout, retry_timeout, retry_backoff) <= 0 \
                 or max_retry_backoff < retry_backoff or silent_for < 0:
             raise errors.InvalidArgument("client: timeouts and backoffs must be positive")
@@ -99,7 +102,7 @@ class Client:
         if wait is not None and wait < 0:
             raise errors.InvalidArgument("wait %r is negative" % wait)
         own_id = request_id is not None
-        rid = request_id if own_id else secrets.token_hex(16)
+        rid = self._own_request_id(request_id) if own_id else secrets.token_hex(16)
         if own_id:
             # A take-back of an earlier acquire with this id still under
             # way could end the grant this one gets.
@@ -143,6 +146,15 @@ class Client:
             # An attempt whose answer was lost may have released it.
             if not (unknown and held):
                 raise
+
+    def _own_request_id(self, request_id: str) -> str:
+        """The request id sent for the caller's ``request_id``: this Client's
+        instance and a hash of it, so that another Client (another process)
+        with the same id makes a request of its own."""
+        if not isinstance(request_id, str) or not request_id or "\x00" in request_id \
+                or len(request_id.encode("utf-8")) > 128:
+            raise errors.InvalidArgument("request id must be non-empty UTF-8 of at most 128 bytes with no zero byte")
+        return self._instance + ":" + hashlib.sha256(request_id.encode("utf-8")).hexdigest()[:32]
 
     def cancel_wait(self, name: str, request_id: str) -> None:
         """Takes a request out of the lock's queue, or ends the grant it got."""

@@ -92,6 +92,17 @@ def test_the_same_request_id_gets_the_same_grant(client):
         a.release()
 
 
+def test_another_client_with_the_same_request_id_makes_its_own_request(client, node):
+    a = client.lock("py/rid2", ttl=5, request_id="retry-2")
+    try:
+        other = fencelock.Client([node.api])
+        with pytest.raises(fencelock.LockHeld):
+            other.lock("py/rid2", ttl=5, wait=0, request_id="retry-2")
+        assert client.describe("py/rid2")["token"] == str(a.token)
+    finally:
+        a.release()
+
+
 def test_errors_keep_their_identity(client):
     cases = [
         (lambda: client.lock("", ttl=5), fencelock.InvalidName, "invalid_name"),
@@ -144,13 +155,13 @@ def wait_until(cond, timeout=10.0):
 
 def test_an_acquire_with_its_own_request_id_waits_for_a_take_back_of_that_id(client):
     pending = threading.Event()
-    client._take_backs["rid-take-back"] = pending
+    client._take_backs[client._own_request_id("rid-take-back")] = pending
     got = []
     t = threading.Thread(target=lambda: got.append(client.lock("py/takeback", ttl=5, request_id="rid-take-back")))
     t.start()
     t.join(0.5)
     assert not got, "the acquire went ahead while a take-back of its id was under way"
-    del client._take_backs["rid-take-back"]
+    del client._take_backs[client._own_request_id("rid-take-back")]
     pending.set()
     t.join(10)
     assert got and got[0].token > 0
