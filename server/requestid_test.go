@@ -86,4 +86,3 @@ func tokenOf(t *testing.T, line string) fencelock.Token {
 	}
 	return fencelock.Token(n)
 }
-
