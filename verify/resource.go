@@ -2,15 +2,18 @@ package verify
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/url"
 	"strings"
 
+	driver "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fence"
+	"github.com/fencelock/fencelock/mysql"
 	"github.com/fencelock/fencelock/postgres"
 	"github.com/fencelock/fencelock/redis"
 	"github.com/fencelock/fencelock/s3"
@@ -19,8 +22,8 @@ import (
 
 // The workload keeps one list of strings per lock in a fence.Resource: the
 // lock's name is both the fence domain and the key, and the value is the
-// list, one element per line. The harness's object store is one resource,
-// PostgreSQL and Redis are two more (OpenResource); a custom adapter
+// list, one element per line. The harness's object store is one resource;
+// PostgreSQL, MySQL/MariaDB, Redis and S3 are more (OpenResource); a custom adapter
 // implements fence.Resource and runs the workers itself (WorkerConfig.Open,
 // Config.Worker).
 //
@@ -53,6 +56,11 @@ type OpenFunc func(ctx context.Context, spec string) (fence.Resource, error)
 //     lists live in the postgres.Table fencelock_verify_lists, fenced by
 //     the domain fence (table fencelock_fences); both tables are created if
 //     missing;
+//   - mysql://DSN: a MySQL or MariaDB database, DSN in the form of
+//     github.com/go-sql-driver/mysql (user:password@tcp(host:port)/dbname,
+//     a database name required); the lists live in the mysql.Table
+//     fencelock_verify_lists, fenced by the domain fence (table
+//     fencelock_fences); both tables are created if missing;
 //   - redis:// or rediss://: a Redis server (go-redis URL); the lists are
 //     redis.Strings at fencelock:verify:DOMAIN;
 //   - s3://BUCKET/PREFIX?endpoint=URL: an existing S3 bucket (s3.Open); the
@@ -68,12 +76,46 @@ func OpenResource(ctx context.Context, spec string) (fence.Resource, error) {
 		return c.Resource(), nil
 	case "postgres", "postgresql":
 		return openPostgres(ctx, spec)
+	case "mysql":
+		return openMySQL(ctx, spec[len("mysql://"):])
 	case "redis", "rediss":
 		return openRedis(ctx, spec)
 	case "s3":
 		return s3.Open(ctx, spec)
 	}
-	return nil, fmt.Errorf("open resource %q: want an http://, postgres://, redis:// or s3:// URL: %w", Redact(spec), fencelock.ErrInvalidArgument)
+	return nil, fmt.Errorf("open resource %q: want an http://, postgres://, mysql://, redis:// or s3:// URL: %w", Redact(spec), fencelock.ErrInvalidArgument)
+}
+
+// mysqlTable is a mysql.Table that closes its database handle.
+type mysqlTable struct {
+	*mysql.Table
+	db *sql.DB
+}
+
+func (t mysqlTable) Close() error { return t.db.Close() }
+
+func openMySQL(ctx context.Context, dsn string) (fence.Resource, error) {
+	cfg, err := driver.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open mysql resource: %w: %w", fencelock.ErrInvalidArgument, err)
+	}
+	if cfg.DBName == "" {
+		return nil, fmt.Errorf("open mysql resource: the DSN names no database (user@tcp(host:port)/dbname): %w", fencelock.ErrInvalidArgument)
+	}
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return nil, fmt.Errorf("open mysql resource: %w", err)
+	}
+	db.SetMaxOpenConns(2)
+	table, err := mysql.NewTable(db, "fencelock_verify_lists")
+	if err == nil {
+		err = table.Create(ctx)
+	}
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open mysql resource: %w", err)
+	}
+	return mysqlTable{table, db}, nil
 }
 
 // pgTable is a postgres.Table that closes its pool.
@@ -129,9 +171,19 @@ func openRedis(ctx context.Context, url string) (fence.Resource, error) {
 	return redisStrings{redis.NewStrings(rdb, "fencelock:verify:"), rdb}, nil
 }
 
-// Redact returns spec with the password of a URL replaced by "xxxxx", for
-// printing.
+// Redact returns spec with the password of a URL (or of a mysql:// DSN)
+// replaced by "xxxxx", for printing.
 func Redact(spec string) string {
+	if scheme, dsn, ok := strings.Cut(spec, "://"); ok && strings.EqualFold(scheme, "mysql") {
+		cfg, err := driver.ParseDSN(dsn)
+		if err != nil {
+			return scheme + "://(a DSN that does not parse)"
+		}
+		if cfg.Passwd != "" {
+			cfg.Passwd = "xxxxx"
+		}
+		return scheme + "://" + cfg.FormatDSN()
+	}
 	u, err := url.Parse(spec)
 	if err != nil || u.User == nil {
 		return spec
@@ -150,7 +202,7 @@ func builtinResource(spec string) bool {
 		return false
 	}
 	switch strings.ToLower(scheme) {
-	case "http", "https", "postgres", "postgresql", "redis", "rediss", "s3":
+	case "http", "https", "postgres", "postgresql", "mysql", "redis", "rediss", "s3":
 		return true
 	}
 	return false

@@ -3,6 +3,7 @@ package verify_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	driver "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
@@ -52,6 +54,33 @@ func postgresResource(t *testing.T) string {
 	return dsn + sep + "search_path=" + schema
 }
 
+// mysqlResource returns a mysql:// spec for a database of the test's own
+// on the test server, dropped when the test ends.
+func mysqlResource(t *testing.T) string {
+	t.Helper()
+	cfg, err := driver.ParseDSN(fencelocktest.MySQLDSN(t))
+	if err != nil {
+		t.Fatalf("parse %s: %v", fencelocktest.EnvMySQLDSN, err)
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("fencelock_verify_%x", rand.Uint64())
+	if _, err := admin.ExecContext(t.Context(), "CREATE DATABASE "+name); err != nil {
+		admin.Close()
+		t.Fatalf("create database at %s: %v", cfg.Addr, err)
+	}
+	t.Cleanup(func() {
+		defer admin.Close()
+		if _, err := admin.ExecContext(context.Background(), "DROP DATABASE "+name); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	cfg.DBName = name
+	return "mysql://" + cfg.FormatDSN()
+}
+
 // redisResource returns the test server's URL and deletes the keys of runs
 // with seed when the test ends.
 func redisResource(t *testing.T, seed uint64) string {
@@ -72,7 +101,8 @@ func redisResource(t *testing.T, seed uint64) string {
 }
 
 // TestResources runs the zombie client (scenario 4) and the negative
-// control against PostgreSQL, Redis and S3 instead of the object store: the
+// control against PostgreSQL, MySQL (MariaDB in CI), Redis and S3 instead
+// of the object store: the
 // zombie's stale writes must be refused by their fences,
 // and with fencing off (one token for every write) the checker must find
 // the lost updates.
@@ -84,6 +114,7 @@ func TestResources(t *testing.T) {
 		spec func(t *testing.T) string
 	}{
 		{"postgres", postgresResource},
+		{"mysql", mysqlResource},
 		{"redis", func(t *testing.T) string { return redisResource(t, seed) }},
 		{"s3", func(t *testing.T) string { return fencelocktest.S3Bucket(t, "verify") }},
 	} {

@@ -51,8 +51,8 @@ type Config struct {
 	// Resource is the fenced resource the workload writes: "" or
 	// ResourceStore for the fenced object store (StoreURL, or one the
 	// harness starts), or a spec handed to the workers' OpenFunc: for
-	// "fencelock verify worker" (OpenResource) a postgres:// or redis://
-	// URL. Its state outlives the run; the workload uses fresh domain
+	// "fencelock verify worker" (OpenResource) a postgres://, mysql://,
+	// redis:// or s3:// URL. Its state outlives the run; the workload uses fresh domain
 	// names each run.
 	Resource string
 	// Worker is the command that starts a worker process, with its leading
@@ -102,7 +102,7 @@ func (c Config) Validate() error {
 		return errors.New("verify config: a nemesis executable is for an existing deployment (Servers); without it the harness injects faults into its own nodes")
 	}
 	if len(c.Worker) == 0 && !builtinResource(c.Resource) {
-		return fmt.Errorf("verify config: resource %q: want %s, a postgres:// or redis:// URL, or your own worker command (Config.Worker) that opens it", Redact(c.Resource), ResourceStore)
+		return fmt.Errorf("verify config: resource %q: want %s, a postgres://, mysql://, redis:// or s3:// URL, or your own worker command (Config.Worker) that opens it", Redact(c.Resource), ResourceStore)
 	}
 	if c.Duration < 2*time.Second || c.Clients < 1 || c.Locks < 1 || c.TTL < time.Second || c.OpTimeout <= 0 {
 		return fmt.Errorf("verify config: want duration >= 2s, clients and locks >= 1, ttl >= 1s, op timeout > 0 (got %v, %d, %d, %v, %v)",

@@ -131,6 +131,7 @@ func TestConfig_Validate(t *testing.T) {
 		{name: "the default object store", change: func(*verify.Config) {}},
 		{name: "postgres", change: func(c *verify.Config) { c.Resource = "postgres://u@h/db" }},
 		{name: "redis", change: func(c *verify.Config) { c.Resource = "redis://h:6379" }},
+		{name: "mysql", change: func(c *verify.Config) { c.Resource = "mysql://u@tcp(h:3306)/db" }},
 		{name: "a custom resource with its worker", change: func(c *verify.Config) {
 			c.Resource, c.Worker = "mine://x", []string{"/bin/mine", "worker"}
 		}},
@@ -153,5 +154,20 @@ func TestConfig_Validate(t *testing.T) {
 				t.Errorf("Validate() = %v, want an error mentioning %q (and no password)", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestRedact(t *testing.T) {
+	tests := []struct{ spec, want string }{
+		{"postgres://u:secret@h/db", "postgres://u:xxxxx@h/db"},
+		{"mysql://u:secret@tcp(h:3306)/db", "mysql://u:xxxxx@tcp(h:3306)/db"},
+		{"mysql://u@tcp(h:3306)/db", "mysql://u@tcp(h:3306)/db"},
+		{"mysql://u:secret@tcp(h:3306", "mysql://(a DSN that does not parse)"},
+		{"redis://h:6379", "redis://h:6379"},
+	}
+	for _, tt := range tests {
+		if got := verify.Redact(tt.spec); got != tt.want {
+			t.Errorf("Redact(%q) = %q, want %q", tt.spec, got, tt.want)
+		}
 	}
 }

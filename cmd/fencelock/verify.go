@@ -38,7 +38,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&cfg.StoreURL, "store", "", "with --servers: an existing fenced store URL to use instead of starting one")
 	fs.StringVar(&cfg.NemesisExec, "nemesis-exec", "", "with --servers: a program that kills, starts, pauses, resumes, isolates and heals your servers, so that scenarios 1, 2, 3 and 5 run against them (see docs/VERIFICATION.md)")
 	fs.BoolVar(&cfg.TLS, "tls", false, "run the harness's nodes with HTTPS, client certificates and mutual TLS on Raft (a development CA in the output directory)")
-	fs.StringVar(&cfg.Resource, "resource", verify.ResourceStore, "the fenced resource the workload writes: store (the object store), or a postgres://DSN, redis://ADDR or s3://BUCKET/PREFIX?endpoint=URL URL (existing servers and buckets; tables and keys named fencelock_verify_* / fencelock:verify:*)")
+	fs.StringVar(&cfg.Resource, "resource", verify.ResourceStore, "the fenced resource the workload writes: store (the object store), or a postgres://DSN, mysql://DSN (go-sql-driver form, with a database), redis://ADDR or s3://BUCKET/PREFIX?endpoint=URL URL (existing servers and buckets; tables and keys named fencelock_verify_* / fencelock:verify:*)")
 	out := fs.String("out", "", "output directory for histories, logs and visualisations (default: a new temp dir)")
 	asJSON := fs.Bool("json", false, "print each scenario's result as a JSON line instead of the table")
 	if err := parse(fs, args); err != nil {
@@ -84,8 +84,10 @@ func verifyHelp(names []string) string {
 		"lock-set workload (acquire, fence, read, append with the token, release)\n" +
 		"while a nemesis kills, partitions and freezes processes, records the\n" +
 		"history and checks it (token order, porcupine linearizability, no lost or\n" +
-		"stale write at the store, the faults really bit). The negative control\n" +
-		"turns fencing off and must be caught. Exit status 1 if any scenario fails.\n" +
+		"stale write at the store, every lease ended before the lock was granted\n" +
+		"again, the faults really bit). The negative controls turn fencing off, or\n" +
+		"hold leases past their deadline, and must be caught. Exit status 1 if any\n" +
+		"scenario fails.\n" +
 		"With --servers it verifies your own running cluster instead: the workload\n" +
 		"and the client-side faults (scenario 4, and the negative control unless\n" +
 		"--store is given) run against it; scenarios that kill, partition or pause\n" +
@@ -94,8 +96,9 @@ func verifyHelp(names []string) string {
 		"API-ADDR; exit status 3 = not supported), and are skipped with a note\n" +
 		"otherwise. Use a cluster you can spare: the workload creates locks and\n" +
 		"objects named verify-<seed>-*.\n" +
-		"With --resource the workload writes to PostgreSQL, Redis or an S3 bucket,\n" +
-		"fenced by the postgres, redis and s3 packages, instead of the object store.\n" +
+		"With --resource the workload writes to PostgreSQL, MySQL/MariaDB, Redis or an\n" +
+		"S3 bucket, fenced by the postgres, mysql, redis and s3 packages, instead of\n" +
+		"the object store.\n" +
 		"Scenarios: " + strings.Join(names, ", ") + "."
 }
 
