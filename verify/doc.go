@@ -14,17 +14,23 @@
 //   - per store domain, accepted tokens never decrease, every acknowledged
 //     append is in the final object exactly once, and refused writes changed
 //     nothing (CheckStore);
+//   - per lock, each holder's lease ended, by its own account (Lock.Err)
+//     and, where clients are not frozen, by its Lock.Context, before the
+//     lock was granted again (CheckLeases): the workers read the one
+//     CLOCK_MONOTONIC of the machine when their lease was last seen held
+//     and when each grant arrived;
 //   - the faults really bit (CheckFaults): a run in which nothing happened
 //     proves nothing and fails.
 //
-// A negative control runs the client-pause scenario with fencing off (every
-// worker writes with one constant token, so any resource accepts every
-// write); its checkers must report a violation, which shows that they can
-// fail. "fencelock verify" and the package's tests run the same
+// Negative controls show that the checkers can fail: the client-pause
+// scenario with fencing off (every worker writes with one constant token,
+// so any resource accepts every write) and with leases held one TTL past
+// the client's deadline, and the restore scenario without a new token
+// epoch; each must be caught. "fencelock verify" and the package's tests run the same
 // scenarios (see docs/VERIFICATION.md).
 //
 // The fenced resource is pluggable (a fence.Resource): the object store by default,
-// PostgreSQL or Redis through OpenResource (Config.Resource), or an adapter
+// PostgreSQL, MySQL/MariaDB, Redis or S3 through OpenResource (Config.Resource), or an adapter
 // of your own, opened in worker processes of your own program (Config.Worker,
 // RunWorker with WorkerConfig.Open).
 //

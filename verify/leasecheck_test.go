@@ -90,3 +90,16 @@ func TestCheckLeases_counts(t *testing.T) {
 		t.Errorf("note %q does not give the counts", c.Note)
 	}
 }
+
+// TestScenario_Bit_handovers: a run that checked too few lease hand-overs
+// did not test the lease claim, and its faults-bit says so.
+func TestScenario_Bit_handovers(t *testing.T) {
+	sc, _ := Lookup("kill")
+	if c := sc.Bit(Result{Faults: 3, Grants: 300, LeaderChanges: 2, Handovers: minHandovers}); !c.Valid {
+		t.Errorf("faults-bit with %d hand-overs: %v, want valid", minHandovers, c.Problems)
+	}
+	c := sc.Bit(Result{Faults: 3, Grants: 300, LeaderChanges: 2, Handovers: minHandovers - 1})
+	if c.Valid || !strings.Contains(strings.Join(c.Problems, "\n"), "hand-overs checked") {
+		t.Errorf("faults-bit with %d hand-overs: valid %v, problems %q; want a problem about the hand-overs", minHandovers-1, c.Valid, c.Problems)
+	}
+}

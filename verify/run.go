@@ -29,7 +29,7 @@ type Config struct {
 	Duration  time.Duration // workload time per scenario
 	Seed      uint64        // 0: derived from the clock (and printed)
 	Nodes     int           // 0: each scenario's default
-	Clients   int           // worker processes
+	Clients   int           // worker processes of the lock-set workload (the hold pair adds two)
 	Locks     int           // distinct locks (and objects)
 	TTL       time.Duration // lease TTL of the workload's grants
 	OpTimeout time.Duration // per operation, in the worker

@@ -30,7 +30,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "random seed of the fault schedule (0: from the clock; always printed)")
 	scen := fs.String("scenario", "all", "scenarios to run, comma-separated names or numbers, or all")
 	fs.IntVar(&cfg.Nodes, "nodes", 0, "lock service nodes (0: each scenario's default; partition scenarios need at least 3)")
-	fs.IntVar(&cfg.Clients, "clients", def.Clients, "client processes")
+	fs.IntVar(&cfg.Clients, "clients", def.Clients, "client processes on the shared locks (two more take turns holding a lock of their own)")
 	fs.IntVar(&cfg.Locks, "locks", def.Locks, "distinct locks (and store objects)")
 	fs.DurationVar(&cfg.TTL, "ttl", def.TTL, "lease TTL of the workload's grants (at least 1s)")
 	fs.DurationVar(&cfg.OpTimeout, "op-timeout", def.OpTimeout, "how long a client retries one operation before it counts as unknown (info)")
