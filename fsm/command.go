@@ -21,6 +21,7 @@ const (
 	OpDropMember                // forget a removed node's API address (Name: node id)
 	OpSetIdentity               // name the cluster and its first signing key, once (RequestID: cluster id, Holder: key id, LeaseID: the key's seed)
 	OpRotateKey                 // add a signing key, keeping the previous one (Holder: key id, LeaseID: the key's seed)
+	OpDetach                    // mark the grant of request RequestID as reaching no caller (ByNode)
 )
 
 // formatVersion starts every entry and snapshot, so that a later release can change the format.

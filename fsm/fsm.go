@@ -37,6 +37,10 @@ type Holder struct {
 	RequestID string            `json:"rid,omitempty"`
 	GrantedAt int64             `json:"at"`              // Command.Now of the granting entry
 	Owner     string            `json:"owner,omitempty"` // the identity that asked (Command.Owner)
+	// Detached: the leader that made this grant found no caller waiting
+	// for it (OpDetach). Whichever node leads takes it back unless a call
+	// for its request comes first; that call's Acquire entry clears it.
+	Detached bool `json:"detached,omitempty"`
 }
 
 // Waiter is a queued Acquire.
@@ -241,6 +245,12 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 		return Result{}
 	case OpSetIdentity, OpRotateKey:
 		return f.applyKey(cmd)
+	case OpDetach:
+		if l := f.locks[cmd.Name]; cmd.ByNode && l != nil && l.Holder != nil && l.Holder.RequestID == cmd.RequestID {
+			l.Holder.Detached = true
+			return Result{}
+		}
+		return Result{Err: fmt.Errorf("detach %q request %s: %w", cmd.Name, cmd.RequestID, fencelock.ErrNotFound)}
 	default:
 		return Result{Err: fmt.Errorf("apply entry %d: unknown op %d: %w", index, cmd.Op, fencelock.ErrInvalidArgument)}
 	}
@@ -329,7 +339,9 @@ func (f *FSM) seen(cmd Command) (Result, bool) {
 			if err := ownedBy(cmd, l.Holder.Owner); err != nil {
 				return Result{Err: err}, true
 			}
-			// A retry of a granted request: the same grant, never a second one.
+			// A retry of a granted request: the same grant, never a second
+			// one, and a caller is there for it.
+			l.Holder.Detached = false
 			h := *l.Holder
 			return Result{Grant: &h}, true
 		}

@@ -242,6 +242,42 @@ func TestFSM_RequestsBelongToTheirOwner(t *testing.T) {
 	}
 }
 
+// TestFSM_DetachedGrant: the node marks a grant as reaching nobody
+// (callers may not), the request's next Acquire clears the mark, and a
+// snapshot keeps it.
+func TestFSM_DetachedGrant(t *testing.T) {
+	h := newHarness(t)
+	h.apply(acq("a", "r1", "L1", false))
+	if r := h.apply(Command{Op: OpDetach, Name: "a", RequestID: "r1"}); r.Err == nil {
+		t.Error("a caller's OpDetach was applied")
+	}
+	if r := h.apply(Command{Op: OpDetach, Name: "a", RequestID: "other", ByNode: true}); !errors.Is(r.Err, fencelock.ErrNotFound) {
+		t.Errorf("OpDetach of a request that holds nothing: %v, want ErrNotFound", r.Err)
+	}
+	h.apply(Command{Op: OpDetach, Name: "a", RequestID: "r1", ByNode: true})
+	if l, _ := h.f.Get("a"); !l.Holder.Detached {
+		t.Fatal("the node's OpDetach left no mark")
+	}
+	var buf bytes.Buffer
+	snap, _ := h.f.Snapshot()
+	if err := snap.Persist(&sink{Buffer: &buf}); err != nil {
+		t.Fatal(err)
+	}
+	restored := New(time.Minute, nil)
+	if err := restored.Restore(io.NopCloser(&buf)); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := restored.Get("a"); l.Holder == nil || !l.Holder.Detached {
+		t.Fatal("a snapshot lost the mark")
+	}
+	if r := h.apply(acq("a", "r1", "L2", false)); r.Grant == nil || r.Grant.Detached {
+		t.Fatalf("the request's retry: %+v; want its grant, no longer detached", r)
+	}
+	if l, _ := h.f.Get("a"); l.Holder.Detached {
+		t.Fatal("the request's retry left the mark")
+	}
+}
+
 func TestFSM_TokensNeverReused(t *testing.T) {
 	h := newHarness(t)
 	var last fencelock.Token

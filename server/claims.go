@@ -55,8 +55,11 @@ type claimKey struct {
 type claim struct {
 	key   claimKey
 	calls map[*call]struct{}
-	// grant is a grant made while no call waited; the next call gets it.
-	grant *fsm.Holder
+	// detaching: its request was granted while no call waited, and the
+	// entry that records it (OpDetach) is on its way; calls are refused
+	// until it commits, so that none is handed a grant the entry then
+	// marks as reaching nobody.
+	detaching bool
 	// unknown: a call's entry for this request may still commit (its
 	// outcome was not learnt), so the take-back proposes a cancel without
 	// looking first.
@@ -87,15 +90,19 @@ var (
 	// errBeingTakenBack: a call came for a request being taken back; it
 	// asks again, and then finds the request id free.
 	errBeingTakenBack = errors.New("the request is being taken back")
+	// errDetaching: a call came for a request whose grant is being
+	// recorded as reaching nobody; it asks again, and its Acquire entry
+	// then finds the grant.
+	errDetaching = errors.New("the request's grant is being recorded as reaching nobody")
 )
 
 func newClaims(s *Server) *claims {
 	return &claims{s: s, slots: make(chan struct{}, maxReaps), wake: make(chan struct{}, 1), m: make(map[claimKey]*claim)}
 }
 
-// attach registers a call for request rid of name. A grant made while no
-// call waited is already in the call's channel. errBeingTakenBack: the
-// request is being taken back; nothing is registered.
+// attach registers a call for request rid of name. errBeingTakenBack or
+// errDetaching: the request is being taken back, or its grant recorded as
+// reaching nobody; nothing is registered.
 func (cs *claims) attach(name fencelock.LockName, rid string) (*call, error) {
 	k := claimKey{name, rid}
 	cs.mu.Lock()
@@ -105,14 +112,14 @@ func (cs *claims) attach(name fencelock.LockName, rid string) (*call, error) {
 		c = &claim{key: k, calls: make(map[*call]struct{})}
 		cs.m[k] = c
 	}
-	if c.reaping {
+	switch {
+	case c.reaping:
 		return nil, errBeingTakenBack
+	case c.detaching:
+		return nil, errDetaching
 	}
 	c.due = time.Time{}
 	cl := &call{c: c, ch: make(chan waitEvent, 1)}
-	if c.grant != nil {
-		cl.ch <- waitEvent{h: *c.grant}
-	}
 	c.calls[cl] = struct{}{}
 	return cl, nil
 }
@@ -141,7 +148,7 @@ func (cs *claims) detach(cl *call, grace time.Duration, unknown bool) {
 		cs.mu.Unlock()
 		return
 	}
-	if !c.unknown && c.grant == nil && !cs.s.fsm.Holds(c.key.name, c.key.rid) {
+	if !c.unknown && !cs.s.fsm.Holds(c.key.name, c.key.rid) {
 		delete(cs.m, c.key) // nothing of it on the node
 		cs.mu.Unlock()
 		return
@@ -292,24 +299,67 @@ func (cs *claims) takeBack(c *claim) {
 	}
 }
 
-// deliver hands grant h to the calls waiting for its request, or keeps it
-// for the next call if none does. It never blocks.
+// deliver hands grant h to the calls waiting for its request. On a ready
+// leader, a grant that no call waits for is recorded as reaching nobody
+// (detachGrant), so that whichever node leads takes it back after the
+// grace unless a call for it comes first. It never blocks.
 func (cs *claims) deliver(name fencelock.LockName, h fsm.Holder) {
 	if h.RequestID == "" {
 		return
 	}
+	k := claimKey{name, h.RequestID}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	c := cs.m[claimKey{name, h.RequestID}]
+	c := cs.m[k]
+	if c != nil && len(c.calls) > 0 {
+		for cl := range c.calls {
+			send(cl.ch, waitEvent{h: h})
+		}
+		return
+	}
+	if !cs.s.leases.isActive() || c != nil && (c.reaping || c.detaching) {
+		return
+	}
 	if c == nil {
+		c = &claim{key: k, calls: make(map[*call]struct{})}
+		cs.m[k] = c
+	}
+	if c.due.IsZero() {
+		cs.armLocked(c, callGrace)
+	}
+	c.detaching = true
+	cs.s.wg.Add(1)
+	go cs.detachGrant(c)
+}
+
+// detachGrant proposes OpDetach for c's grant, in one of maxReaps slots,
+// until it commits or this node stops leading; then calls may come for c.
+func (cs *claims) detachGrant(c *claim) {
+	s := cs.s
+	defer s.wg.Done()
+	defer func() {
+		cs.mu.Lock()
+		c.detaching = false
+		cs.mu.Unlock()
+	}()
+	select {
+	case cs.slots <- struct{}{}:
+	case <-s.ctx.Done():
 		return
 	}
-	if len(c.calls) == 0 {
-		c.grant = &h
-		return
-	}
-	for cl := range c.calls {
-		send(cl.ch, waitEvent{h: h})
+	defer func() { <-cs.slots }()
+	for backoff := 50 * time.Millisecond; s.ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
+		_, err := s.Apply(ctx, fsm.Command{Op: fsm.OpDetach, Name: c.key.name, RequestID: c.key.rid, ByNode: true})
+		cancel()
+		if err == nil || errors.Is(err, fencelock.ErrNotLeader) {
+			return
+		}
+		s.log.Warn("recording a grant nobody waits for failed; retrying", "lock", c.key.name, "err", err)
+		select {
+		case <-s.ctx.Done():
+		case <-time.After(backoff):
+		}
 	}
 }
 
@@ -325,7 +375,6 @@ func (cs *claims) drop(name fencelock.LockName, rid string) {
 	if c == nil || c.reaping {
 		return
 	}
-	c.grant = nil
 	for cl := range c.calls {
 		send(cl.ch, waitEvent{err: errDropped})
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -456,5 +457,51 @@ func TestCluster_WaiterFollowsLeaderChange(t *testing.T) {
 		r.l.Release(ctx)
 	case <-time.After(15 * time.Second):
 		t.Fatalf("the waiter was not granted within 15 s of the release: it still waits on the old leader")
+	}
+}
+
+// TestCluster_GrantToNobodyIsTakenBackAfterATakeover: a waiter (TTL 60 s)
+// is killed, the holder releases, so the dead waiter is granted, and the
+// leader dies within the 3 s grace. The new leader takes that grant back:
+// the lock is free within the grace and 5 s of the election, not after
+// the dead waiter's 60 s.
+func TestCluster_GrantToNobodyIsTakenBackAfterATakeover(t *testing.T) {
+	cl := testproc.StartCluster(t, 3)
+	ctx := ctxFor(t, 2*time.Minute)
+	c := clusterClient(t, cl.Endpoints(), 30*time.Second)
+	holder, err := c.Acquire(ctx, "handover", client.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := testproc.Build(t, "github.com/fencelock/fencelock/internal/testproc/waiters")
+	waiter := exec.Command(bin, "-addr", strings.Join(cl.Endpoints(), ","), "-lock", "handover", "-n", "1", "-ttl", "60s")
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = waiter.Process.Kill(); _ = waiter.Wait() }()
+	waitFor(t, func() bool { li, err := c.Describe(ctx, "handover"); return err == nil && li.WaiterCount == 1 })
+	_ = waiter.Process.Signal(syscall.SIGKILL)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	li, err := c.Describe(ctx, "handover")
+	if err != nil || li.Holder != "doomed" {
+		t.Fatalf("after the release: %+v, %v; want the killed waiter granted (the test would not bite)", li, err)
+	}
+	time.Sleep(time.Second) // within the grace
+	old := cl.Leader()
+	cl.Nodes[old].Kill9()
+	cl.WaitLeader(old)
+	elected := time.Now()
+	for {
+		_, err := c.Describe(ctx, "handover")
+		if errors.Is(err, fencelock.ErrNotFound) {
+			t.Logf("free %v after the new leader was elected", time.Since(elected).Round(10*time.Millisecond))
+			return
+		}
+		if time.Since(elected) > 3*time.Second+5*time.Second {
+			t.Fatalf("the grant to the killed waiter still holds the lock %v after the new leader was elected: %v", time.Since(elected), err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -249,6 +249,13 @@ func TestAcquire_GrantToNobodyIsTakenBack(t *testing.T) {
 			}
 			if back {
 				got := <-waitFor(s, "l", "a")
+				for errors.Is(got.err, fencelock.ErrUnavailable) { // ask again, as a client does
+					time.Sleep(10 * time.Millisecond)
+					got = <-waitFor(s, "l", "a")
+				}
+				if l, _ := s.fsm.Get("l"); l.Holder == nil || l.Holder.Detached {
+					t.Fatalf("a came back, and its grant is still recorded as reaching nobody: %+v", l.Holder)
+				}
 				if got.err != nil || got.g.Token != granted.Holder.Token {
 					t.Fatalf("a came back: %+v, %v; want its grant, token %d", got.g, got.err, granted.Holder.Token)
 				}
@@ -258,6 +265,10 @@ func TestAcquire_GrantToNobodyIsTakenBack(t *testing.T) {
 				}
 				return
 			}
+			eventually(t, "a's grant recorded as reaching nobody", func() bool {
+				l, _ := s.fsm.Get("l")
+				return l.Holder != nil && l.Holder.RequestID == "a" && l.Holder.Detached
+			})
 			b := <-next
 			if b.err != nil {
 				t.Fatalf("b, after a's grant to nobody was taken back: %v", b.err)

@@ -337,7 +337,17 @@ func (s *Server) becomeReady(epoch uint64) {
 	for _, q := range queued {
 		s.claims.orphan(q.Name, q.RequestID, leaderGrace)
 	}
-	s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "queued", len(queued), "term", s.raft.Stats()["term"])
+	// A grant an old leader recorded as reaching nobody is taken back
+	// after the grace a call of its own would have had, unless its caller
+	// comes for it first.
+	detached := 0
+	for name, h := range s.fsm.Holders() {
+		if h.Detached && h.RequestID != "" {
+			s.claims.orphan(name, h.RequestID, callGrace)
+			detached++
+		}
+	}
+	s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "queued", len(queued), "detached", detached, "term", s.raft.Stats()["term"])
 	s.recordAPIAddr()
 }
 
@@ -405,6 +415,8 @@ func opName(op fsm.Op) string {
 		return "expire"
 	case fsm.OpCancelWait:
 		return "cancel-wait"
+	case fsm.OpDetach:
+		return "detach"
 	}
 	return fmt.Sprintf("op %d", op)
 }

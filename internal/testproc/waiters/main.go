@@ -11,20 +11,21 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/client"
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:7070", "node API address")
+	addr := flag.String("addr", "127.0.0.1:7070", "node API addresses, comma-separated")
 	lock := flag.String("lock", "contended", "lock to wait for")
 	n := flag.Int("n", 4000, "waiting acquires")
 	rid := flag.String("request-id", "", "request id of every Acquire (default random)")
 	ttl := flag.Duration("ttl", client.DefaultTTL, "lease TTL")
 	wait := flag.Duration("wait", 0, "how long each Acquire waits (0: until granted)")
 	flag.Parse()
-	cfg := client.DefaultConfig(*addr)
+	cfg := client.DefaultConfig(strings.Split(*addr, ",")...)
 	cfg.Holder = "doomed"
 	c, err := client.NewFromConfig(cfg)
 	if err != nil {
