@@ -48,37 +48,9 @@ func (a *Client) cluster(ctx context.Context, extra time.Duration, fn func(conte
 	})
 }
 
-// Member is one node of the service's Raft configuration.
-type Member struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	APIAddr  string `json:"api_addr,omitempty"`
-	Voter    bool   `json:"voter"`
-	Leader   bool   `json:"leader"`
-}
-
-// NodeStatus is one node's own view of the cluster.
-type NodeStatus struct {
-	ID                string        `json:"id"`
-	State             string        `json:"state"`
-	Ready             bool          `json:"ready"`
-	LeaderID          string        `json:"leader_id,omitempty"`
-	LeaderAPI         string        `json:"leader_api,omitempty"`
-	Term              uint64        `json:"term"`
-	CommitIndex       uint64        `json:"commit_index"`
-	AppliedIndex      uint64        `json:"applied_index"`
-	LastLogIndex      uint64        `json:"last_log_index"`
-	LastSnapshotIndex uint64        `json:"last_snapshot_index"`
-	LastContact       time.Duration `json:"last_contact"`
-	Members           []Member      `json:"members"`
-	Version           string        `json:"version,omitempty"` // the node's build (fencelock version)
-	ClusterID         string        `json:"cluster_id,omitempty"`
-	Epoch             uint64        `json:"epoch"` // of the tokens the cluster issues
-}
-
 // Status asks the node at addr (host:port or URL; it need not be one of the
 // client's endpoints) for its view of the cluster. It does not retry.
-func (a *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
+func (a *Client) Status(ctx context.Context, addr string) (fencelock.NodeStatus, error) {
 	var m *fencelockv1.StatusResponse
 	err := a.c.CallNode(ctx, addr, func(ctx context.Context, hc *http.Client, url string) error {
 		resp, err := fencelockv1connect.NewClusterServiceClient(hc, url).Status(ctx, connect.NewRequest(&fencelockv1.StatusRequest{}))
@@ -88,14 +60,14 @@ func (a *Client) Status(ctx context.Context, addr string) (NodeStatus, error) {
 		return wire.FromCall(err)
 	})
 	if err != nil {
-		return NodeStatus{}, fmt.Errorf("status of %s: %w", addr, err)
+		return fencelock.NodeStatus{}, fmt.Errorf("status of %s: %w", addr, err)
 	}
-	st := NodeStatus{ID: m.Id, State: m.State, Ready: m.Ready, LeaderID: m.LeaderId, LeaderAPI: m.LeaderApi, Term: m.Term,
+	st := fencelock.NodeStatus{ID: m.Id, State: m.State, Ready: m.Ready, LeaderID: m.LeaderId, LeaderAPI: m.LeaderApi, Term: m.Term,
 		CommitIndex: m.CommitIndex, AppliedIndex: m.AppliedIndex, LastLogIndex: m.LastLogIndex,
 		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration(), Version: m.Version,
 		ClusterID: m.ClusterId, Epoch: m.Epoch}
 	for _, mm := range m.Members {
-		st.Members = append(st.Members, Member{ID: mm.Id, RaftAddr: mm.RaftAddr, APIAddr: mm.ApiAddr, Voter: mm.Voter, Leader: mm.Leader})
+		st.Members = append(st.Members, fencelock.Member{ID: mm.Id, RaftAddr: mm.RaftAddr, APIAddr: mm.ApiAddr, Voter: mm.Voter, Leader: mm.Leader})
 	}
 	return st, nil
 }

@@ -79,28 +79,8 @@ func opError(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// LockInfo describes one lock, as Describe and List return it.
-type LockInfo struct {
-	Name    string          `json:"name"`
-	Holder  string          `json:"holder,omitempty"` // "" when free
-	Token   fencelock.Token `json:"token,omitempty"`
-	Expires time.Time       `json:"expires,omitzero"`
-	// Acquired is when the current grant was made (the leader's clock).
-	Acquired time.Time     `json:"acquired,omitzero"`
-	TTL      time.Duration `json:"ttl,omitempty"`
-	Waiters  []WaiterInfo  `json:"waiters,omitempty"` // the first 100
-	// WaiterCount is how many waiters the lock has.
-	WaiterCount int `json:"waiter_count"`
-}
-
-// WaiterInfo describes one queued Acquire.
-type WaiterInfo struct {
-	Holder string        `json:"holder"`
-	TTL    time.Duration `json:"ttl"`
-}
-
-func lockInfo(m *fencelockv1.LockInfo) LockInfo {
-	li := LockInfo{Name: m.Name, Holder: m.Holder, Token: fencelock.Token(m.Token), TTL: m.Ttl.AsDuration()}
+func lockInfo(m *fencelockv1.LockInfo) fencelock.LockInfo {
+	li := fencelock.LockInfo{Name: fencelock.LockName(m.Name), Holder: m.Holder, Token: fencelock.Token(m.Token), TTL: m.Ttl.AsDuration()}
 	if m.Expires != nil {
 		li.Expires = m.Expires.AsTime()
 	}
@@ -108,7 +88,7 @@ func lockInfo(m *fencelockv1.LockInfo) LockInfo {
 		li.Acquired = m.Acquired.AsTime()
 	}
 	for _, w := range m.Waiters {
-		li.Waiters = append(li.Waiters, WaiterInfo{Holder: w.Holder, TTL: w.Ttl.AsDuration()})
+		li.Waiters = append(li.Waiters, fencelock.WaiterInfo{Holder: w.Holder, TTL: w.Ttl.AsDuration()})
 	}
 	li.WaiterCount = int(m.WaiterCount)
 	return li
@@ -116,11 +96,11 @@ func lockInfo(m *fencelockv1.LockInfo) LockInfo {
 
 // Describe returns the named lock's holder, token, expiry and waiters.
 // Errors: fencelock.ErrNotFound when nobody holds or waits for it.
-func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
+func (c *Client) Describe(ctx context.Context, name string) (fencelock.LockInfo, error) {
 	if err := fencelock.LockName(name).Validate(); err != nil {
-		return LockInfo{}, fmt.Errorf("describe: %w", err)
+		return fencelock.LockInfo{}, fmt.Errorf("describe: %w", err)
 	}
-	var li LockInfo
+	var li fencelock.LockInfo
 	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		m, err := ep.node.describe(ctx, name)
 		if err != nil {
@@ -130,10 +110,10 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 		return nil
 	})
 	if errors.Is(err, fencelock.ErrNotFound) {
-		return LockInfo{}, err // the service's message names the lock
+		return fencelock.LockInfo{}, err // the service's message names the lock
 	}
 	if err != nil {
-		return LockInfo{}, fmt.Errorf("describe %q: %w", name, err)
+		return fencelock.LockInfo{}, fmt.Errorf("describe %q: %w", name, err)
 	}
 	return li, nil
 }
@@ -141,14 +121,14 @@ func (c *Client) Describe(ctx context.Context, name string) (LockInfo, error) {
 // List returns one page of the locks whose names start with prefix, and the
 // token of the next page ("" after the last). Pass "" as pageToken for the
 // first page; pageSize 0 means the service's default.
-func (c *Client) List(ctx context.Context, prefix, pageToken string, pageSize int) ([]LockInfo, string, error) {
+func (c *Client) List(ctx context.Context, prefix, pageToken string, pageSize int) ([]fencelock.LockInfo, string, error) {
 	if pageSize < 0 {
 		return nil, "", fmt.Errorf("list: page size %d: %w", pageSize, fencelock.ErrInvalidArgument)
 	}
 	if !utf8.ValidString(prefix) || !utf8.ValidString(pageToken) {
 		return nil, "", fmt.Errorf("list: prefix and page token must be UTF-8: %w", fencelock.ErrInvalidArgument)
 	}
-	var out []LockInfo
+	var out []fencelock.LockInfo
 	var next string
 	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
 		resp, err := ep.node.list(ctx, &fencelockv1.ListRequest{

@@ -86,42 +86,14 @@ func (s *Server) registerLoop() {
 	}
 }
 
-// Member is one node of the Raft configuration.
-type Member struct {
-	ID       string
-	RaftAddr string
-	APIAddr  string // "" if not recorded yet
-	Voter    bool
-	Leader   bool
-}
-
-// Status is one node's view of the cluster.
-type Status struct {
-	ID                string
-	State             string
-	LeaderID          string
-	LeaderAPI         string
-	Term              uint64
-	CommitIndex       uint64
-	AppliedIndex      uint64
-	LastLogIndex      uint64
-	LastSnapshotIndex uint64
-	LastContact       time.Duration
-	Members           []Member
-	Ready             bool
-	Version           string // the node's build, as buildinfo.Info.String
-	ClusterID         string
-	Epoch             uint64 // of the tokens the cluster issues
-}
-
 // Status returns this node's view of the cluster. It is served from local
 // state: it decides nothing.
-func (s *Server) Status() (Status, error) {
+func (s *Server) Status() (fencelock.NodeStatus, error) {
 	stats := s.raft.Stats()
 	u := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
 	_, leaderID := s.raft.LeaderWithID()
 	id := s.fsm.Identity()
-	st := Status{
+	st := fencelock.NodeStatus{
 		ID: s.cfg.NodeID, State: strings.ToLower(s.raft.State().String()), LeaderID: string(leaderID),
 		Term: u("term"), CommitIndex: u("commit_index"), AppliedIndex: u("applied_index"),
 		LastLogIndex: u("last_log_index"), LastSnapshotIndex: u("last_snapshot_index"), Ready: s.Ready(),
@@ -139,16 +111,16 @@ func (s *Server) Status() (Status, error) {
 	return st, nil
 }
 
-func (s *Server) members() ([]Member, error) {
+func (s *Server) members() ([]fencelock.Member, error) {
 	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, fmt.Errorf("read raft configuration: %v: %w", err, fencelock.ErrUnavailable)
 	}
 	_, leaderID := s.raft.LeaderWithID()
 	apis := s.fsm.MemberAPIs()
-	var out []Member
+	var out []fencelock.Member
 	for _, srv := range f.Configuration().Servers {
-		out = append(out, Member{ID: string(srv.ID), RaftAddr: string(srv.Address), APIAddr: apis[string(srv.ID)],
+		out = append(out, fencelock.Member{ID: string(srv.ID), RaftAddr: string(srv.Address), APIAddr: apis[string(srv.ID)],
 			Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leaderID})
 	}
 	return out, nil
@@ -288,7 +260,7 @@ func (s *Server) RemoveMember(ctx context.Context, id string) error {
 // this node over Raft (a follower that names it as leader and heard from it
 // within the heartbeat timeout). A node whose API answers while its Raft
 // link is cut does not count: it campaigns, or its last contact grows.
-func (s *Server) follows(ctx context.Context, m Member) bool {
+func (s *Server) follows(ctx context.Context, m fencelock.Member) bool {
 	if m.ID == s.cfg.NodeID {
 		return true
 	}

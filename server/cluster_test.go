@@ -328,15 +328,15 @@ func TestCluster_MembershipAddRemoveIncludingLeader(t *testing.T) {
 	}
 }
 
-func anyStatusOf(ctx context.Context, c *client.Client, eps []string) (admin.NodeStatus, error) {
+func anyStatusOf(ctx context.Context, c *client.Client, eps []string) (fencelock.NodeStatus, error) {
 	var err error
 	for _, e := range eps {
-		var st admin.NodeStatus
+		var st fencelock.NodeStatus
 		if st, err = admin.New(c, "").Status(ctx, e); err == nil && st.LeaderID != "" {
 			return st, nil
 		}
 	}
-	return admin.NodeStatus{}, err
+	return fencelock.NodeStatus{}, err
 }
 
 func TestCluster_TokenSoakWhileLeaderIsKilled(t *testing.T) {

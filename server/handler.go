@@ -254,7 +254,7 @@ func (a *api) List(ctx context.Context, req *connect.Request[fencelockv1.ListReq
 	return connect.NewResponse(resp), nil
 }
 
-func lockInfoMsg(li LockInfo) *fencelockv1.LockInfo {
+func lockInfoMsg(li fencelock.LockInfo) *fencelockv1.LockInfo {
 	m := &fencelockv1.LockInfo{Name: string(li.Name), Holder: li.Holder, Token: uint64(li.Token)}
 	if li.Token != 0 {
 		m.Ttl = durationpb.New(li.TTL)

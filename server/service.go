@@ -328,29 +328,8 @@ func (s *Server) CancelWait(ctx context.Context, name fencelock.LockName, rid st
 	return res.Err
 }
 
-// LockInfo describes one lock.
-type LockInfo struct {
-	Name    fencelock.LockName
-	Holder  string // label; "" if the lock is free
-	Token   fencelock.Token
-	Expires time.Time // zero if unknown (not the leader) or free
-	// Acquired is when the grant was made (the leader's clock at the
-	// granting entry); zero if free.
-	Acquired time.Time
-	TTL      time.Duration
-	Waiters  []WaiterInfo // the first fsm.MaxListedWaiters
-	// WaiterCount is how many waiters the lock has.
-	WaiterCount int
-}
-
-// WaiterInfo describes one queued Acquire.
-type WaiterInfo struct {
-	Holder string
-	TTL    time.Duration
-}
-
-func (s *Server) info(l fsm.Lock) LockInfo {
-	li := LockInfo{Name: l.Name, WaiterCount: l.QueueLen}
+func (s *Server) info(l fsm.Lock) fencelock.LockInfo {
+	li := fencelock.LockInfo{Name: l.Name, WaiterCount: l.QueueLen}
 	if h := l.Holder; h != nil {
 		li.Holder, li.Token, li.TTL = h.Holder, h.Token, time.Duration(h.TTL)
 		if h.GrantedAt != 0 {
@@ -359,7 +338,7 @@ func (s *Server) info(l fsm.Lock) LockInfo {
 		li.Expires, _ = s.leases.expiry(l.Name, h.Token)
 	}
 	for _, w := range l.Waiters {
-		li.Waiters = append(li.Waiters, WaiterInfo{Holder: w.Holder, TTL: time.Duration(w.TTL)})
+		li.Waiters = append(li.Waiters, fencelock.WaiterInfo{Holder: w.Holder, TTL: time.Duration(w.TTL)})
 	}
 	return li
 }
@@ -378,19 +357,19 @@ func (s *Server) linearize(ctx context.Context) error {
 
 // Describe returns the named lock. Errors: ErrNotFound if nobody holds or
 // waits for it, ErrInvalidName, ErrNotLeader.
-func (s *Server) Describe(ctx context.Context, name fencelock.LockName) (LockInfo, error) {
+func (s *Server) Describe(ctx context.Context, name fencelock.LockName) (fencelock.LockInfo, error) {
 	if err := name.Validate(); err != nil {
-		return LockInfo{}, err
+		return fencelock.LockInfo{}, err
 	}
 	if err := s.allow(ctx, acl.Read, name); err != nil {
-		return LockInfo{}, fmt.Errorf("describe: %w", err)
+		return fencelock.LockInfo{}, fmt.Errorf("describe: %w", err)
 	}
 	if err := s.linearize(ctx); err != nil {
-		return LockInfo{}, err
+		return fencelock.LockInfo{}, err
 	}
 	l, ok := s.fsm.Get(name)
 	if !ok {
-		return LockInfo{}, fmt.Errorf("describe %q: %w", name, fencelock.ErrNotFound)
+		return fencelock.LockInfo{}, fmt.Errorf("describe %q: %w", name, fencelock.ErrNotFound)
 	}
 	return s.info(l), nil
 }
@@ -398,7 +377,7 @@ func (s *Server) Describe(ctx context.Context, name fencelock.LockName) (LockInf
 // List returns up to size locks whose names start with prefix and sort after
 // pageToken (the last name of the previous page), and the next page token
 // ("" on the last page).
-func (s *Server) List(ctx context.Context, prefix, pageToken string, size int) ([]LockInfo, string, error) {
+func (s *Server) List(ctx context.Context, prefix, pageToken string, size int) ([]fencelock.LockInfo, string, error) {
 	if size < 0 || size > MaxPageSize {
 		return nil, "", fmt.Errorf("page size %d is outside [0, %d]: %w", size, MaxPageSize, fencelock.ErrInvalidArgument)
 	}
@@ -415,7 +394,7 @@ func (s *Server) List(ctx context.Context, prefix, pageToken string, size int) (
 		return nil, "", err
 	}
 	locks, more := s.fsm.List(prefix, pageToken, size)
-	out := make([]LockInfo, len(locks))
+	out := make([]fencelock.LockInfo, len(locks))
 	for i, l := range locks {
 		out[i] = s.info(l)
 	}

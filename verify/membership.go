@@ -209,7 +209,7 @@ func (e *env) isMember(ctx context.Context, ac *admin.Client, id string) (in, ok
 	if err != nil {
 		return false, false
 	}
-	return slices.ContainsFunc(st.Members, func(m admin.Member) bool { return m.ID == id && m.Voter }), true
+	return slices.ContainsFunc(st.Members, func(m fencelock.Member) bool { return m.ID == id && m.Voter }), true
 }
 
 // setJoin makes the node's next start join the cluster through via instead

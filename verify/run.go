@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
 )
@@ -732,7 +733,7 @@ func (o *observer) leaderChanges() int {
 }
 
 // status asks node i for its status.
-func (e *env) status(ctx context.Context, i int) (admin.NodeStatus, bool) {
+func (e *env) status(ctx context.Context, i int) (fencelock.NodeStatus, bool) {
 	e.adminOnce.Do(func() {
 		cfg := client.DefaultConfig(e.cl.endpoints()...)
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -740,7 +741,7 @@ func (e *env) status(ctx context.Context, i int) (admin.NodeStatus, bool) {
 		e.admin, _ = client.NewFromConfig(cfg)
 	})
 	if e.admin == nil {
-		return admin.NodeStatus{}, false
+		return fencelock.NodeStatus{}, false
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock"
 )
 
 // lockJSON is a lock as describe and list print it with --json.
@@ -27,8 +27,8 @@ type waiterJSON struct {
 	TTL    string `json:"ttl"`
 }
 
-func toJSON(li client.LockInfo) lockJSON {
-	j := lockJSON{Name: li.Name, Holder: li.Holder, Token: uint64(li.Token), Waiters: []waiterJSON{}}
+func toJSON(li fencelock.LockInfo) lockJSON {
+	j := lockJSON{Name: string(li.Name), Holder: li.Holder, Token: uint64(li.Token), Waiters: []waiterJSON{}}
 	if li.Token != 0 {
 		j.TTL = li.TTL.String()
 	}
@@ -45,7 +45,7 @@ func toJSON(li client.LockInfo) lockJSON {
 	return j
 }
 
-func printLock(w io.Writer, li client.LockInfo) {
+func printLock(w io.Writer, li fencelock.LockInfo) {
 	if li.Token == 0 {
 		fmt.Fprintf(w, "%s\tfree\n", li.Name)
 		return

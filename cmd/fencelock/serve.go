@@ -44,7 +44,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	fs.BoolVar(&cfg.Profiling, "pprof", false, "serve Go profiles under /debug/pprof/ on the API address, to admins only (docs/SECURITY.md)")
 	procs := fs.Int("procs", 0, "OS threads that run Go code at once (GOMAXPROCS); 0: Go's default (every CPU, or the GOMAXPROCS environment variable). On one thread a node hands requests between its goroutines without waking another (faster on a machine whose other cores run the clients), but a burst of calls then delays every other client's answers for as long as it takes to read it (docs/PERFORMANCE.md)")
-	tokenFile := fs.String("admin-token-file", "", "file holding the cluster's admin token, required by membership changes (default: env FENCELOCK_ADMIN_TOKEN; none: membership changes are open)")
+	tokenFile := fs.String("admin-token-file", "", "file holding the cluster's admin token, required by membership changes and admin-only surfaces (default: env FENCELOCK_ADMIN_TOKEN; without it or a policy, membership changes are open and the other admin-only surfaces answer loopback callers only)")
 	var tf tlsFlags
 	tf.register(fs, true)
 	if err := parse(fs, args); err != nil {

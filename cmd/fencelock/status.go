@@ -10,12 +10,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/fencelock/fencelock/admin"
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
 )
 
 // anyStatus returns the status of the first endpoint that answers.
-func anyStatus(ctx context.Context, c *client.Client) (admin.NodeStatus, error) {
+func anyStatus(ctx context.Context, c *client.Client) (fencelock.NodeStatus, error) {
 	var errs []error
 	for _, ep := range c.Endpoints() {
 		st, err := adminOf(c).Status(ctx, ep)
@@ -24,7 +24,7 @@ func anyStatus(ctx context.Context, c *client.Client) (admin.NodeStatus, error) 
 		}
 		errs = append(errs, err)
 	}
-	return admin.NodeStatus{}, errors.Join(errs...)
+	return fencelock.NodeStatus{}, errors.Join(errs...)
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -126,7 +126,7 @@ func degraded(nodes []nodeView) error {
 
 // nodeView is one member as status shows it: its own status, or why not.
 type nodeView struct {
-	admin.Member
+	fencelock.Member
 	Status *nodeStatusJSON `json:"status,omitempty"`
 	Error  string          `json:"error,omitempty"`
 }
@@ -134,7 +134,7 @@ type nodeView struct {
 // nodeStatusJSON is a node's status with its last contact as a duration
 // string, as every command prints durations.
 type nodeStatusJSON struct {
-	admin.NodeStatus
+	fencelock.NodeStatus
 	LastContact string `json:"last_contact"`
 }
 

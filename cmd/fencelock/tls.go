@@ -38,7 +38,7 @@ func (t *tlsFlags) register(fs *flag.FlagSet, peer bool) {
 	fs.BoolVar(&t.clientCertAuth, "client-cert-auth", false, "require a client certificate of --trusted-ca-file on every connection")
 	fs.BoolVar(&t.insecure, "insecure", false, "allow listening beyond loopback without TLS and authentication")
 	fs.StringVar(&t.tokens, "tokens-file", "", "callers' bearer tokens: \"IDENTITY SHA256-HEX\" per line (\"fencelock token new NAME\" prints one)")
-	fs.StringVar(&t.policy, "policy-file", "", "what identities may do: \"IDENTITY read|lock|admin[,...] PREFIX\" per line (PREFIX * for every lock name or fence domain; a client certificate's identity is its Common Name)")
+	fs.StringVar(&t.policy, "policy-file", "", "what identities may do: \"IDENTITY read|lock|admin[,...] PREFIX\" per line (PREFIX * for every lock name or fence domain; a client certificate's identity is its Common Name, else its first DNS name, URI or email address)")
 	if peer {
 		fs.StringVar(&t.peerCert, "peer-cert-file", "", "TLS certificate of this node's Raft links (mutual TLS: peers must present one of --peer-trusted-ca-file)")
 		fs.StringVar(&t.peerKey, "peer-key-file", "", "key of --peer-cert-file")
