@@ -8,63 +8,185 @@ import (
 	"github.com/fencelock/fencelock"
 )
 
-// Op names a command.
+// Op names a command's payload in the log.
 type Op uint8
 
-// The commands the FSM applies.
+// The payloads of the log, by their Op byte.
 const (
-	OpAcquire     Op = iota + 1 // grant, queue, or refuse
-	OpRelease                   // end a grant named by lease id and token
-	OpExpire                    // end a grant named by token, decided by the leader's timer
-	OpCancelWait                // remove a waiter that gave up, or release what it was granted
-	OpSetMember                 // record a node's API address (Name: node id, Holder: address)
-	OpDropMember                // forget a removed node's API address (Name: node id)
-	OpSetIdentity               // name the cluster and its first signing key, once (RequestID: cluster id, Holder: key id, LeaseID: the key's seed)
-	OpRotateKey                 // add a signing key, keeping the previous one (Holder: key id, LeaseID: the key's seed)
-	OpDetach                    // mark the grant of request RequestID as reaching no caller (ByNode)
+	OpAcquire     Op = iota + 1 // Acquire
+	OpRelease                   // Release
+	OpExpire                    // Expire
+	OpCancelWait                // CancelWait
+	OpSetMember                 // SetMember
+	OpDropMember                // DropMember
+	OpSetIdentity               // SetIdentity
+	OpRotateKey                 // RotateKey
+	OpDetach                    // Detach
 )
 
 // formatVersion starts every entry and snapshot, so that a later release can change the format.
 const formatVersion = 1
 
-// Command is one entry of the replicated log. The proposer fills Now with its
-// wall clock in Unix nanoseconds; the FSM never reads the clock itself.
+// Command is one entry of the replicated log: the proposer's wall clock in
+// Unix nanoseconds (the FSM never reads the clock itself) and one
+// operation's payload.
 type Command struct {
-	Op        Op
-	Now       int64
-	Name      fencelock.LockName
-	RequestID string
-	Holder    string
-	LeaseID   fencelock.LeaseID
-	Token     fencelock.Token
-	TTL       int64 // nanoseconds
-	Wait      bool  // an Acquire that may queue
-	// Owner is the identity of the caller of an Acquire or CancelWait (""
-	// without authentication): a request id answers, and cancels, only for
-	// its owner.
-	Owner string
-	// ByNode marks the node's own commands (a take-back's CancelWait),
-	// which may touch any owner's request.
-	ByNode bool
+	Now     int64
+	Payload Payload
 }
 
-// Encode returns the command's log bytes: formatVersion, then op, now,
-// name, request id, holder, lease id, token, TTL, wait, owner and by-node,
-// as varints, bytes and length-prefixed strings.
-func (c Command) Encode() []byte {
-	b := make([]byte, 0, 32+len(c.Name)+len(c.RequestID)+len(c.Holder)+len(c.LeaseID))
-	b = append(b, formatVersion, byte(c.Op))
-	b = binary.AppendVarint(b, c.Now)
-	for _, s := range []string{string(c.Name), c.RequestID, c.Holder, string(c.LeaseID)} {
+// Payload is one operation of the log: Acquire, Release, Expire,
+// CancelWait, Detach, SetMember, DropMember, SetIdentity or RotateKey.
+type Payload interface {
+	op() Op
+	put(b []byte) []byte // appends the fields
+	get(d *decoder) Payload
+}
+
+// Acquire grants a free lock, queues a request that may wait, or refuses.
+type Acquire struct {
+	Name      fencelock.LockName
+	RequestID string
+	Holder    string // a label for humans
+	LeaseID   fencelock.LeaseID
+	TTL       int64 // nanoseconds
+	Wait      bool  // the request may queue
+	// Owner is the caller's identity ("" without authentication): a
+	// request id answers only for its owner.
+	Owner string
+}
+
+// Release ends the grant named by its lease id and token.
+type Release struct {
+	Name    fencelock.LockName
+	LeaseID fencelock.LeaseID
+	Token   fencelock.Token
+}
+
+// Expire ends the grant with Token, as the leader's lease timer decided.
+type Expire struct {
+	Name  fencelock.LockName
+	Token fencelock.Token
+}
+
+// CancelWait takes a request out of its queue, or ends what it was granted.
+type CancelWait struct {
+	Name      fencelock.LockName
+	RequestID string
+	Owner     string // the caller's identity: it cancels only its own requests
+	ByNode    bool   // the node's take-back: it may cancel any owner's
+}
+
+// Detach records that the grant of RequestID reached no caller; any
+// leader takes it back after a grace. Only the node proposes it.
+type Detach struct {
+	Name      fencelock.LockName
+	RequestID string
+}
+
+// SetMember records a node's API address.
+type SetMember struct{ NodeID, APIAddr string }
+
+// DropMember forgets a removed node's API address.
+type DropMember struct{ NodeID string }
+
+// SetIdentity names the cluster and its first signing key, once.
+type SetIdentity struct {
+	ClusterID string
+	KeyID     string
+	Seed      []byte // the key's Ed25519 seed
+}
+
+// RotateKey adds a pending signing key, or makes the pending one sign.
+type RotateKey struct {
+	KeyID string
+	Seed  []byte
+}
+
+func (Acquire) op() Op     { return OpAcquire }
+func (Release) op() Op     { return OpRelease }
+func (Expire) op() Op      { return OpExpire }
+func (CancelWait) op() Op  { return OpCancelWait }
+func (Detach) op() Op      { return OpDetach }
+func (SetMember) op() Op   { return OpSetMember }
+func (DropMember) op() Op  { return OpDropMember }
+func (SetIdentity) op() Op { return OpSetIdentity }
+func (RotateKey) op() Op   { return OpRotateKey }
+
+func (p Acquire) put(b []byte) []byte {
+	b = putStrings(b, string(p.Name), p.RequestID, p.Holder, string(p.LeaseID))
+	b = binary.AppendVarint(b, p.TTL)
+	return putStrings(append(b, flag(p.Wait)), p.Owner)
+}
+
+func (Acquire) get(d *decoder) Payload {
+	p := Acquire{Name: fencelock.LockName(d.string()), RequestID: d.string(), Holder: d.string(), LeaseID: fencelock.LeaseID(d.string())}
+	p.TTL, p.Wait, p.Owner = d.varint(), d.byte() == 1, d.string()
+	return p
+}
+
+func (p Release) put(b []byte) []byte {
+	return binary.AppendUvarint(putStrings(b, string(p.Name), string(p.LeaseID)), uint64(p.Token))
+}
+
+func (Release) get(d *decoder) Payload {
+	return Release{Name: fencelock.LockName(d.string()), LeaseID: fencelock.LeaseID(d.string()), Token: fencelock.Token(d.uvarint())}
+}
+
+func (p Expire) put(b []byte) []byte {
+	return binary.AppendUvarint(putStrings(b, string(p.Name)), uint64(p.Token))
+}
+
+func (Expire) get(d *decoder) Payload {
+	return Expire{Name: fencelock.LockName(d.string()), Token: fencelock.Token(d.uvarint())}
+}
+
+func (p CancelWait) put(b []byte) []byte {
+	return append(putStrings(b, string(p.Name), p.RequestID, p.Owner), flag(p.ByNode))
+}
+
+func (CancelWait) get(d *decoder) Payload {
+	return CancelWait{Name: fencelock.LockName(d.string()), RequestID: d.string(), Owner: d.string(), ByNode: d.byte() == 1}
+}
+
+func (p Detach) put(b []byte) []byte { return putStrings(b, string(p.Name), p.RequestID) }
+
+func (Detach) get(d *decoder) Payload {
+	return Detach{Name: fencelock.LockName(d.string()), RequestID: d.string()}
+}
+
+func (p SetMember) put(b []byte) []byte { return putStrings(b, p.NodeID, p.APIAddr) }
+
+func (SetMember) get(d *decoder) Payload { return SetMember{NodeID: d.string(), APIAddr: d.string()} }
+
+func (p DropMember) put(b []byte) []byte { return putStrings(b, p.NodeID) }
+
+func (DropMember) get(d *decoder) Payload { return DropMember{NodeID: d.string()} }
+
+func (p SetIdentity) put(b []byte) []byte {
+	return putStrings(b, p.ClusterID, p.KeyID, string(p.Seed))
+}
+
+func (SetIdentity) get(d *decoder) Payload {
+	return SetIdentity{ClusterID: d.string(), KeyID: d.string(), Seed: []byte(d.string())}
+}
+
+func (p RotateKey) put(b []byte) []byte { return putStrings(b, p.KeyID, string(p.Seed)) }
+
+func (RotateKey) get(d *decoder) Payload { return RotateKey{KeyID: d.string(), Seed: []byte(d.string())} }
+
+// payloads decodes a payload by its Op byte.
+var payloads = map[Op]Payload{
+	OpAcquire: Acquire{}, OpRelease: Release{}, OpExpire: Expire{}, OpCancelWait: CancelWait{}, OpDetach: Detach{},
+	OpSetMember: SetMember{}, OpDropMember: DropMember{}, OpSetIdentity: SetIdentity{}, OpRotateKey: RotateKey{},
+}
+
+func putStrings(b []byte, ss ...string) []byte {
+	for _, s := range ss {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	b = binary.AppendUvarint(b, uint64(c.Token))
-	b = binary.AppendVarint(b, c.TTL)
-	b = append(b, flag(c.Wait))
-	b = binary.AppendUvarint(b, uint64(len(c.Owner)))
-	b = append(b, c.Owner...)
-	return append(b, flag(c.ByNode))
+	return b
 }
 
 func flag(v bool) byte {
@@ -74,25 +196,40 @@ func flag(v bool) byte {
 	return 0
 }
 
+// Encode returns the command's log bytes: formatVersion, the payload's Op,
+// Now, then the payload's fields, as varints, bytes and length-prefixed
+// strings. A command without a payload encodes Op 0, which no replica
+// applies.
+func (c Command) Encode() []byte {
+	b := make([]byte, 0, 64)
+	var op Op
+	if c.Payload != nil {
+		op = c.Payload.op()
+	}
+	b = binary.AppendVarint(append(b, formatVersion, byte(op)), c.Now)
+	if c.Payload != nil {
+		b = c.Payload.put(b)
+	}
+	return b
+}
+
 // DecodeCommand parses the bytes Encode wrote. It fails on another format
-// version, on bytes missing or left over, and never panics.
+// version, an unknown Op, bytes missing or left over, and never panics.
 func DecodeCommand(b []byte) (Command, error) {
-	var c Command
 	d := decoder{b: b}
 	if v := d.byte(); d.err == nil && v != formatVersion {
 		return Command{}, fmt.Errorf("decode command: unknown format version %d", v)
 	}
-	c.Op = Op(d.byte())
-	c.Now = d.varint()
-	c.Name = fencelock.LockName(d.string())
-	c.RequestID = d.string()
-	c.Holder = d.string()
-	c.LeaseID = fencelock.LeaseID(d.string())
-	c.Token = fencelock.Token(d.uvarint())
-	c.TTL = d.varint()
-	c.Wait = d.byte() == 1
-	c.Owner = d.string()
-	c.ByNode = d.byte() == 1
+	op := Op(d.byte())
+	c := Command{Now: d.varint()}
+	if d.err != nil {
+		return Command{}, fmt.Errorf("decode command: %w", d.err)
+	}
+	p, ok := payloads[op]
+	if !ok {
+		return Command{}, fmt.Errorf("decode command: unknown op %d", op)
+	}
+	c.Payload = p.get(&d)
 	if d.err != nil {
 		return Command{}, fmt.Errorf("decode command: %w", d.err)
 	}

@@ -36,7 +36,7 @@ type Holder struct {
 	TTL       int64             `json:"ttl"` // nanoseconds
 	RequestID string            `json:"rid,omitempty"`
 	GrantedAt int64             `json:"at"`              // Command.Now of the granting entry
-	Owner     string            `json:"owner,omitempty"` // the identity that asked (Command.Owner)
+	Owner     string            `json:"owner,omitempty"` // the identity that asked (Acquire.Owner)
 	// Detached: the leader that made this grant found no caller waiting
 	// for it (OpDetach). Whichever node leads takes it back unless a call
 	// for its request comes first; that call's Acquire entry clears it.
@@ -215,63 +215,69 @@ func (f *FSM) Apply(l *raft.Log) any {
 func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 	// Leaders' clocks differ; command time must not go back, or pruning
 	// would depend on history that a snapshot does not keep.
-	cmd.Now = max(cmd.Now, f.lastNow)
-	f.lastNow = cmd.Now
-	f.prune(cmd.Now)
-	switch cmd.Op {
-	case OpAcquire:
-		return f.acquire(index, cmd, events)
-	case OpRelease:
-		l := f.locks[cmd.Name]
-		if l == nil || l.Holder == nil || l.Holder.LeaseID != cmd.LeaseID || l.Holder.Token != cmd.Token {
-			return Result{Err: fmt.Errorf("release %q token %d: %w", cmd.Name, cmd.Token, fencelock.ErrNotHolder)}
+	now := max(cmd.Now, f.lastNow)
+	f.lastNow = now
+	f.prune(now)
+	switch p := cmd.Payload.(type) {
+	case Acquire:
+		return f.acquire(index, now, p, events)
+	case Release:
+		l := f.locks[p.Name]
+		if l == nil || l.Holder == nil || l.Holder.LeaseID != p.LeaseID || l.Holder.Token != p.Token {
+			return Result{Err: fmt.Errorf("release %q token %d: %w", p.Name, p.Token, fencelock.ErrNotHolder)}
 		}
-		f.end(index, cmd.Now, l, false, events)
+		f.end(index, now, l, false, events)
 		return Result{}
-	case OpExpire:
-		l := f.locks[cmd.Name]
-		if l == nil || l.Holder == nil || l.Holder.Token != cmd.Token {
-			return Result{Err: fmt.Errorf("expire %q token %d: %w", cmd.Name, cmd.Token, fencelock.ErrNotHolder)}
+	case Expire:
+		l := f.locks[p.Name]
+		if l == nil || l.Holder == nil || l.Holder.Token != p.Token {
+			return Result{Err: fmt.Errorf("expire %q token %d: %w", p.Name, p.Token, fencelock.ErrNotHolder)}
 		}
-		f.end(index, cmd.Now, l, true, events)
+		f.end(index, now, l, true, events)
 		return Result{}
-	case OpCancelWait:
-		return f.cancelWait(index, cmd, events)
-	case OpSetMember:
-		f.members[string(cmd.Name)] = cmd.Holder
+	case CancelWait:
+		return f.cancelWait(index, now, p, events)
+	case Detach:
+		return f.detach(p)
+	case SetMember:
+		f.members[p.NodeID] = p.APIAddr
 		return Result{}
-	case OpDropMember:
-		delete(f.members, string(cmd.Name))
+	case DropMember:
+		delete(f.members, p.NodeID)
 		return Result{}
-	case OpSetIdentity, OpRotateKey:
-		return f.applyKey(cmd)
-	case OpDetach:
-		if l := f.locks[cmd.Name]; cmd.ByNode && l != nil && l.Holder != nil && l.Holder.RequestID == cmd.RequestID {
-			l.Holder.Detached = true
-			return Result{}
-		}
-		return Result{Err: fmt.Errorf("detach %q request %s: %w", cmd.Name, cmd.RequestID, fencelock.ErrNotFound)}
-	default:
-		return Result{Err: fmt.Errorf("apply entry %d: unknown op %d: %w", index, cmd.Op, fencelock.ErrInvalidArgument)}
+	case SetIdentity:
+		return f.applyKey(true, p.ClusterID, SigningKey{ID: p.KeyID, Seed: p.Seed, Added: now})
+	case RotateKey:
+		return f.applyKey(false, "", SigningKey{ID: p.KeyID, Seed: p.Seed, Added: now})
 	}
+	return Result{Err: fmt.Errorf("apply entry %d: no payload: %w", index, fencelock.ErrInvalidArgument)}
 }
 
-// applyKey applies OpSetIdentity (a first key, and the cluster id unless
-// it has one; ignored once there is a key: the first wins) and OpRotateKey
-// (add a pending key, or make the pending one sign and drop the oldest).
-func (f *FSM) applyKey(cmd Command) Result {
-	if len(cmd.LeaseID) != seedSize || cmd.Holder == "" {
-		return Result{Err: fmt.Errorf("signing key %q: want an id and a %d-byte seed: %w", cmd.Holder, seedSize, fencelock.ErrInvalidArgument)}
+// detach marks the grant of p.RequestID as reaching no caller.
+func (f *FSM) detach(p Detach) Result {
+	if l := f.locks[p.Name]; l != nil && l.Holder != nil && l.Holder.RequestID == p.RequestID {
+		l.Holder.Detached = true
+		return Result{}
 	}
-	key := SigningKey{ID: cmd.Holder, Seed: []byte(cmd.LeaseID), Added: cmd.Now}
+	return Result{Err: fmt.Errorf("detach %q request %s: %w", p.Name, p.RequestID, fencelock.ErrNotFound)}
+}
+
+// applyKey applies SetIdentity (first: a first key, and the cluster id
+// unless it has one; ignored once there is a key: the first wins) and
+// RotateKey (add a pending key, or make the pending one sign and drop the
+// oldest).
+func (f *FSM) applyKey(first bool, clusterID string, key SigningKey) Result {
+	if len(key.Seed) != seedSize || key.ID == "" {
+		return Result{Err: fmt.Errorf("signing key %q: want an id and a %d-byte seed: %w", key.ID, seedSize, fencelock.ErrInvalidArgument)}
+	}
 	id := &f.identity
 	switch {
-	case cmd.Op == OpSetIdentity && len(id.Keys) == 0:
+	case first && len(id.Keys) == 0:
 		if id.ClusterID == "" {
-			id.ClusterID = cmd.RequestID
+			id.ClusterID = clusterID
 		}
 		id.Keys = []SigningKey{key}
-	case cmd.Op == OpSetIdentity:
+	case first:
 	case len(id.Keys) == 0:
 		return Result{Err: fmt.Errorf("rotate key: the cluster has none yet: %w", fencelock.ErrInvalidArgument)}
 	case id.Keys[len(id.Keys)-1].Pending:
@@ -295,7 +301,7 @@ func requestKey(name fencelock.LockName, owner, rid string) string {
 // acquire answers a request it has seen with what seen says; otherwise it
 // grants a free lock, queues a waiting request that has an id, or refuses
 // with a LockHeldError.
-func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
+func (f *FSM) acquire(index uint64, now int64, cmd Acquire, events *[]event) Result {
 	if res, ok := f.seen(cmd); ok {
 		return res
 	}
@@ -311,7 +317,7 @@ func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
 			return Result{Err: fmt.Errorf("acquire %q: %w", cmd.Name, err)}
 		}
 		h := &Holder{Token: tok, LeaseID: cmd.LeaseID, Holder: cmd.Holder,
-			TTL: cmd.TTL, RequestID: cmd.RequestID, GrantedAt: cmd.Now, Owner: cmd.Owner}
+			TTL: cmd.TTL, RequestID: cmd.RequestID, GrantedAt: now, Owner: cmd.Owner}
 		l.Holder = h
 		g := *h
 		*events = append(*events, event{name: cmd.Name, granted: &g})
@@ -321,7 +327,7 @@ func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
 		return Result{Err: &fencelock.LockHeldError{Name: cmd.Name, Holder: l.Holder.Holder, Token: l.Holder.Token}}
 	}
 	if l.queue.push(Waiter{RequestID: cmd.RequestID, LeaseID: cmd.LeaseID,
-		Holder: cmd.Holder, TTL: cmd.TTL, QueuedAt: cmd.Now, Owner: cmd.Owner}) {
+		Holder: cmd.Holder, TTL: cmd.TTL, QueuedAt: now, Owner: cmd.Owner}) {
 		f.waitersOf[cmd.Owner]++
 	}
 	return Result{Queued: true}
@@ -330,13 +336,13 @@ func (f *FSM) acquire(index uint64, cmd Command, events *[]event) Result {
 // seen answers an acquire whose request the lock table or the dedupe window
 // knows: the request's own grant, its place in the queue, or that its grant
 // ended.
-func (f *FSM) seen(cmd Command) (Result, bool) {
+func (f *FSM) seen(cmd Acquire) (Result, bool) {
 	if cmd.RequestID == "" {
 		return Result{}, false
 	}
 	if l := f.locks[cmd.Name]; l != nil {
 		if l.Holder != nil && l.Holder.RequestID == cmd.RequestID {
-			if err := ownedBy(cmd, l.Holder.Owner); err != nil {
+			if err := cmd.ownedBy(l.Holder.Owner); err != nil {
 				return Result{Err: err}, true
 			}
 			// A retry of a granted request: the same grant, never a second
@@ -346,7 +352,7 @@ func (f *FSM) seen(cmd Command) (Result, bool) {
 			return Result{Grant: &h}, true
 		}
 		if w, ok := l.queue.get(cmd.RequestID); ok {
-			if err := ownedBy(cmd, w.Owner); err != nil {
+			if err := cmd.ownedBy(w.Owner); err != nil {
 				return Result{Err: err}, true
 			}
 			return Result{Queued: true}, true
@@ -364,17 +370,17 @@ func (f *FSM) seen(cmd Command) (Result, bool) {
 // after its waiter gave up. Either way the request is forgotten: asking again with its id is a new request. A cancel
 // that finds nothing to cancel fails with ErrNotFound and keeps the record
 // of an ended grant, so that a late retry learns its grant ended.
-func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
+func (f *FSM) cancelWait(index uint64, now int64, cmd CancelWait, events *[]event) Result {
 	l := f.locks[cmd.Name]
 	if l == nil || cmd.RequestID == "" {
 		return Result{Err: fmt.Errorf("cancel wait on %q: %w", cmd.Name, fencelock.ErrNotFound)}
 	}
 	w, queued := l.queue.get(cmd.RequestID)
-	if queued && ownedBy(cmd, w.Owner) != nil {
-		return Result{Err: ownedBy(cmd, w.Owner)}
+	if queued && cmd.ownedBy(w.Owner) != nil {
+		return Result{Err: cmd.ownedBy(w.Owner)}
 	}
-	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID && ownedBy(cmd, l.Holder.Owner) != nil {
-		return Result{Err: ownedBy(cmd, l.Holder.Owner)}
+	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID && cmd.ownedBy(l.Holder.Owner) != nil {
+		return Result{Err: cmd.ownedBy(l.Holder.Owner)}
 	}
 	if queued && l.queue.remove(cmd.RequestID) {
 		f.unwait(w.Owner)
@@ -385,7 +391,7 @@ func (f *FSM) cancelWait(index uint64, cmd Command, events *[]event) Result {
 	if l.Holder != nil && l.Holder.RequestID == cmd.RequestID {
 		// Granted after the waiter gave up: nobody will use this grant.
 		owner := l.Holder.Owner
-		f.end(index, cmd.Now, l, false, events)
+		f.end(index, now, l, false, events)
 		f.forgetRequest(cmd.Name, owner, cmd.RequestID) // the record the end wrote
 		return Result{}
 	}
@@ -399,14 +405,24 @@ func (f *FSM) unwait(owner string) {
 	}
 }
 
-// ownedBy refuses a caller's command about a request that another identity
-// made: a request id answers, and cancels, only for its owner. The node's
-// own commands (ByNode) may touch any.
-func ownedBy(cmd Command, owner string) error {
-	if cmd.ByNode || cmd.Owner == owner {
+// ownedBy refuses an Acquire about a request that another identity made:
+// a request id answers only for its owner.
+func (a Acquire) ownedBy(owner string) error { return checkOwner(a.Name, a.RequestID, a.Owner, owner) }
+
+// ownedBy refuses a caller's CancelWait of a request that another identity
+// made; the node's own (ByNode) may cancel any.
+func (c CancelWait) ownedBy(owner string) error {
+	if c.ByNode {
 		return nil
 	}
-	return fmt.Errorf("request %s on %q belongs to another caller: %w", cmd.RequestID, cmd.Name, fencelock.ErrPermissionDenied)
+	return checkOwner(c.Name, c.RequestID, c.Owner, owner)
+}
+
+func checkOwner(name fencelock.LockName, rid, caller, owner string) error {
+	if caller == owner {
+		return nil
+	}
+	return fmt.Errorf("request %s on %q belongs to another caller: %w", rid, name, fencelock.ErrPermissionDenied)
 }
 
 // forgetRequest forgets the record of owner's request rid on lock name, if any.
@@ -551,6 +567,14 @@ func (f *FSM) Holds(name fencelock.LockName, rid string) bool {
 		return true
 	}
 	return f.queued(name, rid)
+}
+
+// HeldBy reports whether name is held by the grant of request rid.
+func (f *FSM) HeldBy(name fencelock.LockName, rid string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	l := f.locks[name]
+	return rid != "" && l != nil && l.Holder != nil && l.Holder.RequestID == rid
 }
 
 // HeldByOther reports whether name is held by a grant of a request other

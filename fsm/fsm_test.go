@@ -57,8 +57,7 @@ func (h *harness) apply(c Command) Result {
 }
 
 func acq(name, rid, lease string, wait bool) Command {
-	return Command{Op: OpAcquire, Name: fencelock.LockName(name), RequestID: rid,
-		LeaseID: fencelock.LeaseID(lease), TTL: int64(time.Second), Wait: wait, Holder: "h-" + rid}
+	return Command{Payload: Acquire{Name: fencelock.LockName(name), RequestID: rid, LeaseID: fencelock.LeaseID(lease), TTL: int64(time.Second), Wait: wait, Holder: "h-" + rid}}
 }
 
 func TestFSM_AcquireGrantsAndTryLockRefuses(t *testing.T) {
@@ -95,7 +94,7 @@ func TestFSM_FIFOQueueGrantedInReleasingEntry(t *testing.T) {
 	prev := first.Token
 	lease, tok := fencelock.LeaseID("L1"), first.Token
 	for _, want := range []string{"w1", "w2", "w3"} {
-		if r := h.apply(Command{Op: OpRelease, Name: "a", LeaseID: lease, Token: tok}); r.Err != nil {
+		if r := h.apply(Command{Payload: Release{Name: "a", LeaseID: lease, Token: tok}}); r.Err != nil {
 			t.Fatalf("release: %v", r.Err)
 		}
 		l, ok := h.f.Get("a")
@@ -129,7 +128,7 @@ func TestFSM_ReleaseChecksLeaseAndToken(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t)
 			g := h.apply(acq("a", "r1", "L1", false)).Grant
-			r := h.apply(Command{Op: OpRelease, Name: "a", LeaseID: tc.lease, Token: tc.token(g.Token)})
+			r := h.apply(Command{Payload: Release{Name: "a", LeaseID: tc.lease, Token: tc.token(g.Token)}})
 			if !errors.Is(r.Err, fencelock.ErrNotHolder) {
 				t.Fatalf("release with %s: got %v, want ErrNotHolder", tc.name, r.Err)
 			}
@@ -143,13 +142,13 @@ func TestFSM_ReleaseChecksLeaseAndToken(t *testing.T) {
 func TestFSM_ExpireOnlyCurrentToken(t *testing.T) {
 	h := newHarness(t)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
-	if r := h.apply(Command{Op: OpExpire, Name: "a", Token: g.Token - 1}); !errors.Is(r.Err, fencelock.ErrNotHolder) {
+	if r := h.apply(Command{Payload: Expire{Name: "a", Token: g.Token - 1}}); !errors.Is(r.Err, fencelock.ErrNotHolder) {
 		t.Fatalf("expire of an old token: got %v, want ErrNotHolder", r.Err)
 	}
 	if _, ok := h.f.Get("a"); !ok {
 		t.Fatal("expire of an old token removed the current grant")
 	}
-	if r := h.apply(Command{Op: OpExpire, Name: "a", Token: g.Token}); r.Err != nil {
+	if r := h.apply(Command{Payload: Expire{Name: "a", Token: g.Token}}); r.Err != nil {
 		t.Fatalf("expire of the current token: %v", r.Err)
 	}
 	if _, ok := h.f.Get("a"); ok {
@@ -183,7 +182,7 @@ func TestFSM_RequestIDDedupe(t *testing.T) {
 	}
 	// Its grant ended: remembered for EndedWindow from the end, then
 	// forgotten.
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	h.apply(Command{Payload: Release{Name: "a", LeaseID: "L1", Token: g.Token}})
 	if _, ok := h.f.requests.lookup(requestKey("a", "", "r1"), "a"); !ok {
 		t.Fatal("request r1 is not remembered right after its grant ended")
 	}
@@ -199,16 +198,16 @@ func TestFSM_CancelWait(t *testing.T) {
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.apply(acq("a", "w1", "Lw1", true))
 	h.apply(acq("a", "w2", "Lw2", true))
-	if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w1"}); r.Err != nil {
+	if r := h.apply(Command{Payload: CancelWait{Name: "a", RequestID: "w1"}}); r.Err != nil {
 		t.Fatalf("cancel a waiter: %v", r.Err)
 	}
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	h.apply(Command{Payload: Release{Name: "a", LeaseID: "L1", Token: g.Token}})
 	l, _ := h.f.Get("a")
 	if l.Holder == nil || l.Holder.RequestID != "w2" {
 		t.Fatalf("after w1 left the queue, release granted %+v, want w2", l.Holder)
 	}
 	// A waiter granted after it gave up: the cancel releases the grant.
-	if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w2"}); r.Err != nil {
+	if r := h.apply(Command{Payload: CancelWait{Name: "a", RequestID: "w2"}}); r.Err != nil {
 		t.Fatalf("cancel of a granted waiter: %v", r.Err)
 	}
 	if _, ok := h.f.Get("a"); ok {
@@ -221,42 +220,48 @@ func TestFSM_CancelWait(t *testing.T) {
 // grant, and cannot cancel it; only the node's own commands (ByNode) may.
 func TestFSM_RequestsBelongToTheirOwner(t *testing.T) {
 	h := newHarness(t)
-	as := func(c Command, owner string) Command { c.Owner = owner; return c }
+	as := func(c Command, owner string) Command {
+		switch p := c.Payload.(type) {
+		case Acquire:
+			p.Owner = owner
+			c.Payload = p
+		case CancelWait:
+			p.Owner = owner
+			c.Payload = p
+		}
+		return c
+	}
 	g := h.apply(as(acq("a", "r1", "L1", false), "billing")).Grant
 	for _, owner := range []string{"hr", ""} {
 		if r := h.apply(as(acq("a", "r1", "L2", false), owner)); !errors.Is(r.Err, fencelock.ErrPermissionDenied) {
 			t.Errorf("owner %q retried billing's r1: %+v, want ErrPermissionDenied", owner, r)
 		}
-		if r := h.apply(as(Command{Op: OpCancelWait, Name: "a", RequestID: "r1"}, owner)); !errors.Is(r.Err, fencelock.ErrPermissionDenied) {
+		if r := h.apply(as(Command{Payload: CancelWait{Name: "a", RequestID: "r1"}}, owner)); !errors.Is(r.Err, fencelock.ErrPermissionDenied) {
 			t.Errorf("owner %q cancelled billing's r1: %+v, want ErrPermissionDenied", owner, r)
 		}
 	}
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	h.apply(Command{Payload: Release{Name: "a", LeaseID: "L1", Token: g.Token}})
 	if r := h.apply(as(acq("a", "r1", "L3", false), "hr")); r.Err != nil && strings.Contains(r.Err.Error(), fmt.Sprint(g.Token)) {
 		t.Errorf("hr retried billing's ended r1 and learned its token: %v", r.Err)
 	}
 	h.apply(as(acq("b", "w", "Lb", false), "billing"))
 	h.apply(as(acq("b", "w2", "Lw", true), "billing"))
-	if r := h.apply(Command{Op: OpCancelWait, Name: "b", RequestID: "w2", ByNode: true}); r.Err != nil {
+	if r := h.apply(Command{Payload: CancelWait{Name: "b", RequestID: "w2", ByNode: true}}); r.Err != nil {
 		t.Errorf("the node's take-back of billing's waiter: %v", r.Err)
 	}
 }
 
-// TestFSM_DetachedGrant: the node marks a grant as reaching nobody
-// (callers may not), the request's next Acquire clears the mark, and a
-// snapshot keeps it.
+// TestFSM_DetachedGrant: Detach marks a grant as reaching nobody, the
+// request's next Acquire clears the mark, and a snapshot keeps it.
 func TestFSM_DetachedGrant(t *testing.T) {
 	h := newHarness(t)
 	h.apply(acq("a", "r1", "L1", false))
-	if r := h.apply(Command{Op: OpDetach, Name: "a", RequestID: "r1"}); r.Err == nil {
-		t.Error("a caller's OpDetach was applied")
+	if r := h.apply(Command{Payload: Detach{Name: "a", RequestID: "other"}}); !errors.Is(r.Err, fencelock.ErrNotFound) {
+		t.Errorf("Detach of a request that holds nothing: %v, want ErrNotFound", r.Err)
 	}
-	if r := h.apply(Command{Op: OpDetach, Name: "a", RequestID: "other", ByNode: true}); !errors.Is(r.Err, fencelock.ErrNotFound) {
-		t.Errorf("OpDetach of a request that holds nothing: %v, want ErrNotFound", r.Err)
-	}
-	h.apply(Command{Op: OpDetach, Name: "a", RequestID: "r1", ByNode: true})
+	h.apply(Command{Payload: Detach{Name: "a", RequestID: "r1"}})
 	if l, _ := h.f.Get("a"); !l.Holder.Detached {
-		t.Fatal("the node's OpDetach left no mark")
+		t.Fatal("Detach left no mark")
 	}
 	var buf bytes.Buffer
 	snap, _ := h.f.Snapshot()
@@ -287,7 +292,7 @@ func TestFSM_TokensNeverReused(t *testing.T) {
 			t.Fatalf("grant %d: token %v, want above %d", i, g, last)
 		}
 		last = g.Token
-		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L", Token: g.Token})
+		h.apply(Command{Payload: Release{Name: "a", LeaseID: "L", Token: g.Token}})
 	}
 }
 
@@ -297,8 +302,8 @@ func TestFSM_SnapshotRestoreReplaces(t *testing.T) {
 	h.apply(acq("a", "w1", "Lw1", true))
 	h.apply(acq("b", "r2", "L2", false))
 	gc := h.apply(acq("c", "r3", "L3", false)).Grant
-	h.apply(Command{Op: OpExpire, Name: "c", Token: gc.Token})
-	h.apply(Command{Op: OpSetMember, Name: "n1", Holder: "127.0.0.1:7070"})
+	h.apply(Command{Payload: Expire{Name: "c", Token: gc.Token}})
+	h.apply(Command{Payload: SetMember{NodeID: "n1", APIAddr: "127.0.0.1:7070"}})
 
 	snap, err := h.f.Snapshot()
 	if err != nil {
@@ -335,7 +340,7 @@ func TestFSM_SnapshotRestoreReplaces(t *testing.T) {
 
 func TestFSM_BadEntryIsRefusedNotPanicking(t *testing.T) {
 	f := New(0, nil)
-	for _, data := range [][]byte{nil, []byte("{"), Command{Op: 99}.Encode()} {
+	for _, data := range [][]byte{nil, []byte("{"), {formatVersion, 99, 0}, Command{}.Encode()} {
 		r := f.Apply(&raft.Log{Index: 1, Data: data}).(Result)
 		if !errors.Is(r.Err, fencelock.ErrInvalidArgument) {
 			t.Errorf("apply %q: got %v, want ErrInvalidArgument", data, r.Err)
@@ -362,7 +367,7 @@ func TestFSM_QueuedRequestOutlivesTheDedupeWindow(t *testing.T) {
 		t.Fatalf("queue has %d waiters after the retry, want 1 (no second waiter)", len(l.Waiters))
 	}
 	h.now += int64(5 * time.Minute)
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	h.apply(Command{Payload: Release{Name: "a", LeaseID: "L1", Token: g.Token}})
 	granted, _ := h.f.Get("a")
 	// A retry after the waiter's grant gets the same grant, not a second one.
 	if r := h.apply(acq("a", "w1", "Lw1c", true)); r.Grant == nil || r.Grant.Token != granted.Holder.Token {
@@ -398,11 +403,11 @@ func TestFSM_CommandTimeNeverGoesBack(t *testing.T) {
 		return want
 	}
 	behind := live.now - int64(30*time.Minute) // the next leader's clock
-	both(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token, Now: behind})
+	both(Command{Now: behind, Payload: Release{Name: "a", LeaseID: g.LeaseID, Token: g.Token}})
 	r2 := acq("b", "r2", "L2", false)
 	r2.Now = behind + 1
 	g2 := both(r2).Grant
-	both(Command{Op: OpRelease, Name: "b", LeaseID: g2.LeaseID, Token: g2.Token, Now: behind + 2})
+	both(Command{Now: behind + 2, Payload: Release{Name: "b", LeaseID: g2.LeaseID, Token: g2.Token}})
 	// Past the window for "behind", within it for T.
 	c := acq("c", "r3", "L3", false)
 	c.Now = live.f.LastNow() + int64(30*time.Second)
@@ -481,24 +486,24 @@ func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
 	// Before Snapshot, the same kinds of change: what left the window then
 	// must not be in the snapshot.
 	o := h.apply(acq("o", "ro", "Lo", false)).Grant
-	h.apply(Command{Op: OpExpire, Name: "o", Token: o.Token})
+	h.apply(Command{Payload: Expire{Name: "o", Token: o.Token}})
 	h.now += int64(2 * time.Minute) // ro and o's expiry forgotten
 	b := h.apply(acq("b", "rb", "Lb", false)).Grant
 	h.apply(acq("b", "wb", "Lwb", true))
-	h.apply(Command{Op: OpRelease, Name: "b", LeaseID: b.LeaseID, Token: b.Token}) // rb recorded; wb granted
+	h.apply(Command{Payload: Release{Name: "b", LeaseID: b.LeaseID, Token: b.Token}}) // rb recorded; wb granted
 	h.apply(acq("t", "rt", "Lt", false))
-	h.apply(Command{Op: OpCancelWait, Name: "t", RequestID: "rt"}) // taken back: recorded and forgotten
+	h.apply(Command{Payload: CancelWait{Name: "t", RequestID: "rt"}}) // taken back: recorded and forgotten
 	// The same lease expires twice: the first record replaced.
 	for _, rid := range []string{"rl1", "rl2"} {
 		l := h.apply(acq("l", rid, "Ll", false)).Grant
-		h.apply(Command{Op: OpExpire, Name: "l", Token: l.Token})
+		h.apply(Command{Payload: Expire{Name: "l", Token: l.Token}})
 	}
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.apply(acq("a", "w1", "Lw1", true))
 	h.apply(acq("a", "w2", "Lw2", true))
 	h.apply(acq("a", "w3", "Lw3", true))
 	e := h.apply(acq("e", "re", "Le", false)).Grant
-	h.apply(Command{Op: OpExpire, Name: "e", Token: e.Token})
+	h.apply(Command{Payload: Expire{Name: "e", Token: e.Token}})
 	snap, err := h.f.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -508,11 +513,11 @@ func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
 		t.Fatalf("window at Snapshot: %d requests, %d expired; want 4 (rb, rl1, rl2, re) and 2 (Ll, Le)", len(wantReqs), len(wantExps))
 	}
 
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token}) // r1 recorded; w1 granted
-	h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w2"})                 // w2 leaves the queue
-	h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "w1"})                 // w1 taken back; w3 granted
+	h.apply(Command{Payload: Release{Name: "a", LeaseID: g.LeaseID, Token: g.Token}}) // r1 recorded; w1 granted
+	h.apply(Command{Payload: CancelWait{Name: "a", RequestID: "w2"}})                 // w2 leaves the queue
+	h.apply(Command{Payload: CancelWait{Name: "a", RequestID: "w1"}})                 // w1 taken back; w3 granted
 	l := h.apply(acq("l", "rl3", "Ll", false)).Grant
-	h.apply(Command{Op: OpExpire, Name: "l", Token: l.Token}) // Ll's record replaced
+	h.apply(Command{Payload: Expire{Name: "l", Token: l.Token}}) // Ll's record replaced
 	h.now += int64(2 * time.Minute)                           // the window (1 minute) passes:
 	h.apply(acq("y", "ry", "Ly", false))                      // every record forgotten
 	if l, _ := h.f.Get("a"); l.Holder == nil || l.Holder.RequestID != "w3" {
@@ -559,17 +564,17 @@ func TestFSM_SnapshotIsEncodingJSONsOutput(t *testing.T) {
 	})
 	h := newHarness(t)
 	odd := "q\"u\\o<t>e&\u00e9\x01"
-	h.apply(Command{Op: OpSetMember, Name: "n1", Holder: "127.0.0.1:7171"})
-	h.apply(Command{Op: OpSetIdentity, RequestID: "c-" + odd, Holder: "k1", LeaseID: fencelock.LeaseID(bytes.Repeat([]byte{7}, 32))})
+	h.apply(Command{Payload: SetMember{NodeID: "n1", APIAddr: "127.0.0.1:7171"}})
+	h.apply(Command{Payload: SetIdentity{ClusterID: "c-" + odd, KeyID: "k1", Seed: []byte(fencelock.LeaseID(bytes.Repeat([]byte{7}, 32)))}})
 	h.f.identity.Epoch = 3
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.apply(acq("a", odd, "L"+odd, true))
 	g2 := h.apply(acq(odd, "r2", "L2", false)).Grant
 	h.apply(acq(odd, "r4", "L4", true))
-	h.apply(Command{Op: OpExpire, Name: "a", Token: g.Token})                                      // r1 recorded, L1 expired; odd granted
-	h.apply(Command{Op: OpRelease, Name: fencelock.LockName(odd), LeaseID: "L2", Token: g2.Token}) // r2 recorded; r4 granted
+	h.apply(Command{Payload: Expire{Name: "a", Token: g.Token}})                                      // r1 recorded, L1 expired; odd granted
+	h.apply(Command{Payload: Release{Name: fencelock.LockName(odd), LeaseID: "L2", Token: g2.Token}}) // r2 recorded; r4 granted
 	ga, _ := h.f.Get("a")
-	h.apply(Command{Op: OpExpire, Name: "a", Token: ga.Holder.Token}) // odd recorded, L+odd expired
+	h.apply(Command{Payload: Expire{Name: "a", Token: ga.Holder.Token}}) // odd recorded, L+odd expired
 	h.apply(acq("b", "r3", "L3", false))
 	h.apply(acq("b", odd, "L"+odd+"b", true))
 	snap, err := h.f.Snapshot()
@@ -634,11 +639,11 @@ func TestFSM_PersistWhileEntriesApply(t *testing.T) {
 		// up (its record forgotten), new ids arrive and time passes.
 		for j, hd := range holders {
 			if j%2 == 0 {
-				h.apply(Command{Op: OpRelease, Name: hd.name, LeaseID: hd.g.LeaseID, Token: hd.g.Token})
+				h.apply(Command{Payload: Release{Name: hd.name, LeaseID: hd.g.LeaseID, Token: hd.g.Token}})
 			} else {
-				h.apply(Command{Op: OpExpire, Name: hd.name, Token: hd.g.Token})
+				h.apply(Command{Payload: Expire{Name: hd.name, Token: hd.g.Token}})
 			}
-			h.apply(Command{Op: OpCancelWait, Name: hd.name, RequestID: fmt.Sprintf("q%d-%d-1", round, j)})
+			h.apply(Command{Payload: CancelWait{Name: hd.name, RequestID: fmt.Sprintf("q%d-%d-1", round, j)}})
 			rid := fmt.Sprintf("x%d-%d", round, j)
 			h.apply(acq(rid, rid, "L"+rid, false))
 		}
@@ -684,7 +689,7 @@ func TestFSM_Epochs(t *testing.T) {
 	}
 	h.f.identity.Epoch = 1
 	h.index = 5 // a restored cluster's log starts low again
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L1", Token: g.Token})
+	h.apply(Command{Payload: Release{Name: "a", LeaseID: "L1", Token: g.Token}})
 	g2 := h.apply(acq("a", "r2", "L2", false)).Grant
 	if want := fencelock.Token(1<<40 + h.index); g2.Token != want || g2.Token <= g.Token || g2.Token.Epoch() != 1 {
 		t.Fatalf("epoch 1 token %d, want %d, above %d", g2.Token, want, g.Token)
@@ -692,13 +697,13 @@ func TestFSM_Epochs(t *testing.T) {
 	h.apply(acq("a", "w", "Lw", true))
 	h.f.identity.Epoch = fencelock.MaxTokenEpoch
 	h.index = fencelock.MaxTokenIndex - 1
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "L2", Token: g2.Token}) // index MaxTokenIndex: w granted
+	h.apply(Command{Payload: Release{Name: "a", LeaseID: "L2", Token: g2.Token}}) // index MaxTokenIndex: w granted
 	l, _ := h.f.Get("a")
 	if l.Holder == nil || l.Holder.Token != fencelock.MaxToken {
 		t.Fatalf("the last index granted %+v, want token %d", l.Holder, fencelock.MaxToken)
 	}
 	h.apply(acq("a", "w2", "Lw2", true))
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: "Lw", Token: fencelock.MaxToken}) // beyond the last index
+	h.apply(Command{Payload: Release{Name: "a", LeaseID: "Lw", Token: fencelock.MaxToken}}) // beyond the last index
 	l, _ = h.f.Get("a")
 	if l.Holder != nil || len(l.Waiters) != 1 || l.Waiters[0].RequestID != "w2" {
 		t.Fatalf("past the last token: %+v, want no holder and w2 still queued", l)
@@ -712,24 +717,24 @@ func TestFSM_Identity(t *testing.T) {
 	h := newHarness(t)
 	seed := func(b byte) fencelock.LeaseID { return fencelock.LeaseID(bytes.Repeat([]byte{b}, 32)) }
 	signer := func() string { _, k, _ := h.f.Signer(); return k.ID }
-	if r := h.apply(Command{Op: OpRotateKey, Holder: "k0", LeaseID: seed(9)}); r.Err == nil {
+	if r := h.apply(Command{Payload: RotateKey{KeyID: "k0", Seed: []byte(seed(9))}}); r.Err == nil {
 		t.Fatal("a rotation before the first key was applied")
 	}
-	h.apply(Command{Op: OpSetIdentity, RequestID: "c1", Holder: "k1", LeaseID: seed(1)})
-	h.apply(Command{Op: OpSetIdentity, RequestID: "c2", Holder: "kx", LeaseID: seed(9)}) // ignored: the first wins
-	if r := h.apply(Command{Op: OpRotateKey, Holder: "bad", LeaseID: "short"}); r.Err == nil {
+	h.apply(Command{Payload: SetIdentity{ClusterID: "c1", KeyID: "k1", Seed: []byte(seed(1))}})
+	h.apply(Command{Payload: SetIdentity{ClusterID: "c2", KeyID: "kx", Seed: []byte(seed(9))}}) // ignored: the first wins
+	if r := h.apply(Command{Payload: RotateKey{KeyID: "bad", Seed: []byte("short")}}); r.Err == nil {
 		t.Fatal("a key with a short seed was applied")
 	}
-	h.apply(Command{Op: OpRotateKey, Holder: "k2", LeaseID: seed(2)}) // k2 pending
+	h.apply(Command{Payload: RotateKey{KeyID: "k2", Seed: []byte(seed(2))}}) // k2 pending
 	if id := h.f.Identity(); id.ClusterID != "c1" || len(id.Keys) != 2 || !id.Keys[1].Pending || signer() != "k1" {
 		t.Fatalf("after a first step: %+v, signer %s; want k1 signing and k2 pending", id, signer())
 	}
-	h.apply(Command{Op: OpRotateKey, Holder: "k3", LeaseID: seed(3)}) // k2 signs; k3 is not added
+	h.apply(Command{Payload: RotateKey{KeyID: "k3", Seed: []byte(seed(3))}}) // k2 signs; k3 is not added
 	if id := h.f.Identity(); len(id.Keys) != 2 || id.Keys[1].Pending || signer() != "k2" {
 		t.Fatalf("after the second step: %+v, signer %s; want k1, k2 with k2 signing", id.Keys, signer())
 	}
-	h.apply(Command{Op: OpRotateKey, Holder: "k3", LeaseID: seed(3)})
-	h.apply(Command{Op: OpRotateKey, Holder: "k4", LeaseID: seed(4)})
+	h.apply(Command{Payload: RotateKey{KeyID: "k3", Seed: []byte(seed(3))}})
+	h.apply(Command{Payload: RotateKey{KeyID: "k4", Seed: []byte(seed(4))}})
 	if id := h.f.Identity(); len(id.Keys) != 2 || id.Keys[0].ID != "k2" || signer() != "k3" {
 		t.Fatalf("after a second rotation: keys %+v, signer %s; want k2, k3 with k3 signing", id.Keys, signer())
 	}

@@ -116,7 +116,7 @@ func TestFSM_CancelWaitDeepQueue(t *testing.T) {
 	}
 	rand.New(rand.NewPCG(5, 6)).Shuffle(len(cancel), func(i, j int) { cancel[i], cancel[j] = cancel[j], cancel[i] })
 	for i, rid := range cancel {
-		if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: rid, Wait: i%2 == 0}); r.Err != nil {
+		if r := h.apply(Command{Payload: CancelWait{Name: "a", RequestID: rid}}); r.Err != nil {
 			t.Fatalf("cancel %d, of %s: %v", i, rid, r.Err)
 		}
 		if h.f.Queued("a", rid) {
@@ -133,7 +133,7 @@ func TestFSM_CancelWaitDeepQueue(t *testing.T) {
 	}
 	lease, tok := fencelock.LeaseID("L"), g.Token
 	for _, want := range kept {
-		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: lease, Token: tok})
+		h.apply(Command{Payload: Release{Name: "a", LeaseID: lease, Token: tok}})
 		l, _ := h.f.Get("a")
 		if l.Holder == nil || l.Holder.RequestID != want {
 			t.Fatalf("granted %+v, want %s (FIFO)", l.Holder, want)
@@ -162,7 +162,7 @@ func BenchmarkFSM_CancelWaitDeepQueue(b *testing.B) {
 			next := depth
 			for b.Loop() {
 				i := rng.IntN(len(queued))
-				if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: queued[i]}); r.Err != nil {
+				if r := h.apply(Command{Payload: CancelWait{Name: "a", RequestID: queued[i]}}); r.Err != nil {
 					b.Fatal(r.Err)
 				}
 				queued[i] = fmt.Sprintf("w%d", next)

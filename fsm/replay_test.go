@@ -37,14 +37,13 @@ func TestFSM_ReplicasAgree(t *testing.T) {
 			var c Command
 			switch k := rng.Intn(10); {
 			case k < 4:
-				c = Command{Op: OpAcquire, Name: n, RequestID: rid, LeaseID: fencelock.LeaseID(fmt.Sprint("L", i)),
-					TTL: int64(time.Second), Wait: rng.Intn(2) == 0}
+				c = Command{Payload: Acquire{Name: n, RequestID: rid, LeaseID: fencelock.LeaseID(fmt.Sprint("L", i)), TTL: int64(time.Second), Wait: rng.Intn(2) == 0}}
 			case k < 6:
-				c = Command{Op: OpRelease, Name: n, LeaseID: "?"} // the holder's, filled in below
+				c = Command{Payload: Release{Name: n, LeaseID: "?"}} // the holder's, filled in below
 			case k < 7:
-				c = Command{Op: OpExpire, Name: n}
+				c = Command{Payload: Expire{Name: n}}
 			default:
-				c = Command{Op: OpCancelWait, Name: n, RequestID: rid, Wait: rng.Intn(2) == 0}
+				c = Command{Payload: CancelWait{Name: n, RequestID: rid}}
 			}
 			c.Now = now
 			log = append(log, c)
@@ -54,9 +53,16 @@ func TestFSM_ReplicasAgree(t *testing.T) {
 		var snaps [][]byte
 		for i := range log {
 			c := &log[i]
-			if c.Op == OpRelease || c.Op == OpExpire {
-				if l, ok := whole.Get(c.Name); ok && l.Holder != nil && rng.Intn(4) != 0 {
-					c.LeaseID, c.Token = l.Holder.LeaseID, l.Holder.Token
+			switch p := c.Payload.(type) {
+			case Release:
+				if l, ok := whole.Get(p.Name); ok && l.Holder != nil && rng.Intn(4) != 0 {
+					p.LeaseID, p.Token = l.Holder.LeaseID, l.Holder.Token
+					c.Payload = p
+				}
+			case Expire:
+				if l, ok := whole.Get(p.Name); ok && l.Holder != nil && rng.Intn(4) != 0 {
+					p.Token = l.Holder.Token
+					c.Payload = p
 				}
 			}
 			snaps = append(snaps, snapshotBytes(t, whole))

@@ -30,15 +30,15 @@ func TestFSM_RequestIDIsPerLock(t *testing.T) {
 func TestFSM_CancelOfNothingKeepsTheRecord(t *testing.T) {
 	h := newHarness(t)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
-	h.apply(Command{Op: OpExpire, Name: "a", Token: g.Token})
-	if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "r1"}); !errors.Is(r.Err, fencelock.ErrNotFound) {
+	h.apply(Command{Payload: Expire{Name: "a", Token: g.Token}})
+	if r := h.apply(Command{Payload: CancelWait{Name: "a", RequestID: "r1"}}); !errors.Is(r.Err, fencelock.ErrNotFound) {
 		// The lock has no entry any more.
 		t.Fatalf("cancel of an ended grant: %+v, want ErrNotFound", r)
 	}
 	// With a lock entry (another holder), the cancel finds the lock but not
 	// the request.
 	h.apply(acq("a", "other", "Lo", false))
-	if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "r1"}); !errors.Is(r.Err, fencelock.ErrNotFound) {
+	if r := h.apply(Command{Payload: CancelWait{Name: "a", RequestID: "r1"}}); !errors.Is(r.Err, fencelock.ErrNotFound) {
 		t.Fatalf("cancel of an ended grant: %+v, want ErrNotFound", r)
 	}
 	if r := h.apply(acq("a", "r1", "L1", true)); !errors.Is(r.Err, fencelock.ErrNotHolder) {
@@ -52,7 +52,7 @@ func TestFSM_CancelOfNothingKeepsTheRecord(t *testing.T) {
 func TestFSM_TakeBackForgetsTheEnd(t *testing.T) {
 	h := newHarness(t)
 	h.apply(acq("a", "r1", "L1", false))
-	if r := h.apply(Command{Op: OpCancelWait, Name: "a", RequestID: "r1"}); r.Err != nil {
+	if r := h.apply(Command{Payload: CancelWait{Name: "a", RequestID: "r1"}}); r.Err != nil {
 		t.Fatalf("take-back of a grant: %v", r.Err)
 	}
 	if r := h.apply(acq("a", "r1", "L1b", false)); r.Grant == nil || r.Grant.LeaseID != "L1b" {
@@ -79,7 +79,7 @@ func TestFSM_RemembersEndedGrantsForEndedWindow(t *testing.T) {
 	h.f = New(10*time.Minute, nil)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.now += int64(3 * time.Minute) // held for longer than EndedWindow
-	h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token})
+	h.apply(Command{Payload: Release{Name: "a", LeaseID: g.LeaseID, Token: g.Token}})
 	h.now += int64(EndedWindow / 2)
 	if r := h.apply(acq("a", "r1", "L1", false)); !errors.Is(r.Err, fencelock.ErrNotHolder) {
 		t.Fatalf("retry %v after the end: %+v, want NotHolder (its grant ended)", EndedWindow/2, r)
@@ -100,7 +100,7 @@ func TestFSM_WindowHoldsOnlyRecentEnds(t *testing.T) {
 	for i := range pairs {
 		rid := fmt.Sprintf("r%d", i)
 		g := h.apply(acq("a", rid, "L"+rid, false)).Grant
-		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token})
+		h.apply(Command{Payload: Release{Name: "a", LeaseID: g.LeaseID, Token: g.Token}})
 		h.now += int64(step)
 	}
 	// (Each entry also moves command time on by a millisecond.)

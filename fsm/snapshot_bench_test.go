@@ -22,7 +22,7 @@ func BenchmarkFSM_Snapshot(b *testing.B) {
 		c := acq("a", fmt.Sprintf("r%d", i), fmt.Sprintf("L%d", i), false)
 		c.Now = int64(time.Hour)
 		g := h.apply(c).Grant
-		h.apply(Command{Op: OpRelease, Name: "a", LeaseID: g.LeaseID, Token: g.Token, Now: int64(time.Hour)})
+		h.apply(Command{Now: int64(time.Hour), Payload: Release{Name: "a", LeaseID: g.LeaseID, Token: g.Token}})
 	}
 	if h.f.requests.len() != n {
 		b.Fatalf("%d request ids remembered, want %d", h.f.requests.len(), n)

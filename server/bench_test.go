@@ -204,12 +204,12 @@ func BenchmarkApplyInProcess(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for i := 0; i < n; i++ {
-						res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpAcquire, Name: name, LeaseID: fencelock.NewLeaseID(), TTL: int64(10 * time.Second)})
+						res, err := s.Apply(ctx, fsm.Acquire{Name: name, LeaseID: fencelock.NewLeaseID(), TTL: int64(10 * time.Second)})
 						if err == nil && res.Grant == nil {
 							err = fmt.Errorf("no grant: %+v", res)
 						}
 						if err == nil {
-							res, err = s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: res.Grant.LeaseID, Token: res.Grant.Token})
+							res, err = s.Apply(ctx, fsm.Release{Name: name, LeaseID: res.Grant.LeaseID, Token: res.Grant.Token})
 						}
 						if err == nil {
 							err = res.Err

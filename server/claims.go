@@ -155,6 +155,9 @@ func (cs *claims) detach(cl *call, grace time.Duration, unknown bool) {
 	}
 	if grace > 0 {
 		cs.armLocked(c, grace)
+		if cs.s.fsm.HeldBy(c.key.name, c.key.rid) {
+			cs.detachLocked(c) // granted, and its caller went away
+		}
 		cs.mu.Unlock()
 		return
 	}
@@ -277,7 +280,7 @@ func (cs *claims) takeBack(c *claim) {
 	s := cs.s
 	for backoff := 50 * time.Millisecond; s.ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
-		res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: c.key.name, RequestID: c.key.rid, ByNode: true})
+		res, err := s.Apply(ctx, fsm.CancelWait{Name: c.key.name, RequestID: c.key.rid, ByNode: true})
 		cancel()
 		switch {
 		case err == nil:
@@ -302,7 +305,8 @@ func (cs *claims) takeBack(c *claim) {
 // deliver hands grant h to the calls waiting for its request. On a ready
 // leader, a grant that no call waits for is recorded as reaching nobody
 // (detachGrant), so that whichever node leads takes it back after the
-// grace unless a call for it comes first. It never blocks.
+// grace unless a call for it comes first; so is one whose calls all end
+// without handing it over (detach). It never blocks.
 func (cs *claims) deliver(name fencelock.LockName, h fsm.Holder) {
 	if h.RequestID == "" {
 		return
@@ -327,6 +331,15 @@ func (cs *claims) deliver(name fencelock.LockName, h fsm.Holder) {
 	if c.due.IsZero() {
 		cs.armLocked(c, callGrace)
 	}
+	cs.detachLocked(c)
+}
+
+// detachLocked records c's grant as reaching nobody (detachGrant), unless
+// that is under way.
+func (cs *claims) detachLocked(c *claim) {
+	if c.detaching || c.reaping {
+		return
+	}
 	c.detaching = true
 	cs.s.wg.Add(1)
 	go cs.detachGrant(c)
@@ -350,7 +363,7 @@ func (cs *claims) detachGrant(c *claim) {
 	defer func() { <-cs.slots }()
 	for backoff := 50 * time.Millisecond; s.ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
-		_, err := s.Apply(ctx, fsm.Command{Op: fsm.OpDetach, Name: c.key.name, RequestID: c.key.rid, ByNode: true})
+		_, err := s.Apply(ctx, fsm.Detach{Name: c.key.name, RequestID: c.key.rid})
 		cancel()
 		if err == nil || errors.Is(err, fencelock.ErrNotLeader) {
 			return

@@ -43,7 +43,7 @@ func (s *Server) recordAPIAddr() {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
 	defer cancel()
-	if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpSetMember, Name: fencelock.LockName(s.cfg.NodeID), Holder: s.cfg.APIAddr}); err != nil {
+	if _, err := s.Apply(ctx, fsm.SetMember{NodeID: s.cfg.NodeID, APIAddr: s.cfg.APIAddr}); err != nil {
 		s.log.Warn("record API address failed", "err", err)
 	}
 }
@@ -193,7 +193,7 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 		return nil
 	}
 	if apiAddr != "" {
-		if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpSetMember, Name: fencelock.LockName(id), Holder: apiAddr}); err != nil {
+		if _, err := s.Apply(ctx, fsm.SetMember{NodeID: id, APIAddr: apiAddr}); err != nil {
 			return err
 		}
 	}
@@ -247,7 +247,7 @@ func (s *Server) RemoveMember(ctx context.Context, id string) error {
 		return s.raftErr("remove member "+id, err)
 	}
 	if id != s.cfg.NodeID {
-		if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpDropMember, Name: fencelock.LockName(id)}); err != nil {
+		if _, err := s.Apply(ctx, fsm.DropMember{NodeID: id}); err != nil {
 			s.log.Warn("forget removed member's API address failed", "id", id, "err", err)
 		}
 	}

@@ -89,7 +89,7 @@ func TestMetrics_LogAppendsCountEveryEntry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: "m", LeaseID: g.LeaseID, Token: g.Token}); err != nil || res.Err != nil {
+		if res, err := s.Apply(ctx, fsm.Release{Name: "m", LeaseID: g.LeaseID, Token: g.Token}); err != nil || res.Err != nil {
 			t.Fatalf("release: %v %v", err, res.Err)
 		}
 	}
@@ -118,7 +118,7 @@ func TestServer_LeaderRecordsItsAPIAddressAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	eventually(t, "the leader's API address recorded", func() bool { _, ok := s.fsm.MemberAPI("n1"); return ok })
-	if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpDropMember, Name: "n1"}); err != nil {
+	if _, err := s.Apply(ctx, fsm.DropMember{NodeID: "n1"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.fsm.MemberAPI("n1"); ok {

@@ -62,7 +62,7 @@ func (s *Server) ensureIdentity() {
 	keyID, seed := newKey()
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
 	defer cancel()
-	cmd := fsm.Command{Op: fsm.OpSetIdentity, RequestID: hex.EncodeToString(cid[:]), Holder: keyID, LeaseID: fencelock.LeaseID(seed)}
+	cmd := fsm.SetIdentity{ClusterID: hex.EncodeToString(cid[:]), KeyID: keyID, Seed: seed}
 	if _, err := s.Apply(ctx, cmd); err != nil {
 		s.log.Warn("set the cluster's identity failed; grants carry no sequencer until the next election", "err", err)
 		return
@@ -79,7 +79,7 @@ func (s *Server) RotateKey(ctx context.Context) (fsm.Identity, error) {
 		return fsm.Identity{}, fmt.Errorf("rotate key: the cluster has no signing key yet: %w", fencelock.ErrUnavailable)
 	}
 	keyID, seed := newKey()
-	if _, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRotateKey, Holder: keyID, LeaseID: fencelock.LeaseID(seed)}); err != nil {
+	if _, err := s.Apply(ctx, fsm.RotateKey{KeyID: keyID, Seed: seed}); err != nil {
 		return fsm.Identity{}, err
 	}
 	return s.fsm.Identity(), nil

@@ -355,40 +355,40 @@ func (s *Server) becomeReady(epoch uint64) {
 // (at most ApplyTimeout if ctx has no deadline). Errors: ErrNotLeader when
 // this node is not the leader; ErrUnavailable when the outcome is unknown
 // (leadership lost, timeout, shutdown, ctx ended after the proposal).
-func (s *Server) Apply(ctx context.Context, cmd fsm.Command) (fsm.Result, error) {
+func (s *Server) Apply(ctx context.Context, p fsm.Payload) (fsm.Result, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ApplyTimeout)
 		defer cancel()
 	}
 	start := time.Now()
-	f := s.proposeBy(cmd, s.cfg.ApplyTimeout)
+	f := s.proposeBy(p, s.cfg.ApplyTimeout)
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	select {
 	case err := <-done:
-		return s.outcome(cmd.Op, f, err, start)
+		return s.outcome(p, f, err, start)
 	case <-ctx.Done():
-		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(cmd.Op), fencelock.ErrUnavailable, ctx.Err())
+		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(p), fencelock.ErrUnavailable, ctx.Err())
 	}
 }
 
 // applyKnown is Apply for a caller that must learn the outcome: it waits
 // for the entry whatever the caller's context does, up to ApplyTimeout.
-func (s *Server) applyKnown(cmd fsm.Command) (fsm.Result, error) {
-	return s.Apply(s.ctx, cmd)
+func (s *Server) applyKnown(p fsm.Payload) (fsm.Result, error) {
+	return s.Apply(s.ctx, p)
 }
 
-// proposeBy stamps cmd.Now (cmdClock) and hands cmd to Raft, waiting at most enqueue
+// proposeBy stamps p's command with Now (cmdClock) and hands it to Raft, waiting at most enqueue
 // for room in Raft's queue. The bound matters when the leader loop is
 // stuck (a disk that stalls in fsync): proposals then fail instead of
 // piling up.
-func (s *Server) proposeBy(cmd fsm.Command, enqueue time.Duration) raft.ApplyFuture {
-	cmd.Now = s.clock.now(s.raft.CurrentTerm(), s.fsm.LastNow)
+func (s *Server) proposeBy(p fsm.Payload, enqueue time.Duration) raft.ApplyFuture {
+	cmd := fsm.Command{Now: s.clock.now(s.raft.CurrentTerm(), s.fsm.LastNow), Payload: p}
 	return s.raft.Apply(cmd.Encode(), enqueue)
 }
 
-func (s *Server) outcome(op fsm.Op, f raft.ApplyFuture, err error, start time.Time) (fsm.Result, error) {
+func (s *Server) outcome(op fsm.Payload, f raft.ApplyFuture, err error, start time.Time) (fsm.Result, error) {
 	s.metrics.applySeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		switch {
@@ -405,27 +405,27 @@ func (s *Server) outcome(op fsm.Op, f raft.ApplyFuture, err error, start time.Ti
 	return res, nil
 }
 
-func opName(op fsm.Op) string {
-	switch op {
-	case fsm.OpAcquire:
+func opName(p fsm.Payload) string {
+	switch p.(type) {
+	case fsm.Acquire:
 		return "acquire"
-	case fsm.OpRelease:
+	case fsm.Release:
 		return "release"
-	case fsm.OpExpire:
+	case fsm.Expire:
 		return "expire"
-	case fsm.OpCancelWait:
+	case fsm.CancelWait:
 		return "cancel-wait"
-	case fsm.OpDetach:
+	case fsm.Detach:
 		return "detach"
 	}
-	return fmt.Sprintf("op %d", op)
+	return fmt.Sprintf("%T", p)
 }
 
 // proposeExpire is the lease table's callback when a lease's deadline passes.
 func (s *Server) proposeExpire(name fencelock.LockName, token fencelock.Token) error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
 	defer cancel()
-	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpExpire, Name: name, Token: token})
+	res, err := s.Apply(ctx, fsm.Expire{Name: name, Token: token})
 	if err != nil {
 		return err
 	}

@@ -204,9 +204,8 @@ func (s *Server) checkWaiters(req AcquireRequest) error {
 	return nil
 }
 
-func acquireCommand(req AcquireRequest) fsm.Command {
-	return fsm.Command{Op: fsm.OpAcquire, Name: req.Name, RequestID: req.RequestID,
-		Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0, Owner: req.owner}
+func acquireCommand(req AcquireRequest) fsm.Acquire {
+	return fsm.Acquire{Name: req.Name, RequestID: req.RequestID, Holder: req.Holder, LeaseID: fencelock.NewLeaseID(), TTL: int64(req.TTL), Wait: req.Wait > 0, Owner: req.owner}
 }
 
 // waitEnded turns the event that ended a wait into Acquire's answer.
@@ -292,7 +291,7 @@ func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencel
 	if err := s.allow(ctx, acl.Lock, name); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
-	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpRelease, Name: name, LeaseID: id, Token: token})
+	res, err := s.Apply(ctx, fsm.Release{Name: name, LeaseID: id, Token: token})
 	if err != nil {
 		return err
 	}
@@ -318,7 +317,7 @@ func (s *Server) CancelWait(ctx context.Context, name fencelock.LockName, rid st
 	if err := fencelock.ValidateRequestID(rid); err != nil {
 		return err
 	}
-	res, err := s.Apply(ctx, fsm.Command{Op: fsm.OpCancelWait, Name: name, RequestID: rid, Owner: s.owner(ctx)})
+	res, err := s.Apply(ctx, fsm.CancelWait{Name: name, RequestID: rid, Owner: s.owner(ctx)})
 	if err != nil {
 		return err
 	}
