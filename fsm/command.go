@@ -173,7 +173,9 @@ func (SetIdentity) get(d *decoder) Payload {
 
 func (p RotateKey) put(b []byte) []byte { return putStrings(b, p.KeyID, string(p.Seed)) }
 
-func (RotateKey) get(d *decoder) Payload { return RotateKey{KeyID: d.string(), Seed: []byte(d.string())} }
+func (RotateKey) get(d *decoder) Payload {
+	return RotateKey{KeyID: d.string(), Seed: []byte(d.string())}
+}
 
 // payloads decodes a payload by its Op byte.
 var payloads = map[Op]Payload{

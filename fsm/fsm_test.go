@@ -518,8 +518,8 @@ func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
 	h.apply(Command{Payload: CancelWait{Name: "a", RequestID: "w1"}})                 // w1 taken back; w3 granted
 	l := h.apply(acq("l", "rl3", "Ll", false)).Grant
 	h.apply(Command{Payload: Expire{Name: "l", Token: l.Token}}) // Ll's record replaced
-	h.now += int64(2 * time.Minute)                           // the window (1 minute) passes:
-	h.apply(acq("y", "ry", "Ly", false))                      // every record forgotten
+	h.now += int64(2 * time.Minute)                              // the window (1 minute) passes:
+	h.apply(acq("y", "ry", "Ly", false))                         // every record forgotten
 	if l, _ := h.f.Get("a"); l.Holder == nil || l.Holder.RequestID != "w3" {
 		t.Fatalf("a is held by %+v, want w3", l.Holder)
 	}
