@@ -16,44 +16,23 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/sequencer"
 	"github.com/fencelock/fencelock/server"
 )
 
-// startServer runs an in-process one-node service with a real Raft log in a
-// temp dir and returns its API address.
+// startServer runs an in-process one-node service and returns its API
+// address.
 func startServer(tb testing.TB) string {
 	tb.Helper()
-	return startServerWith(tb, func(*server.Config) {})
+	return fencelocktest.StartNode(tb).Addr
 }
 
 // startServerWith is startServer with a changed configuration.
 func startServerWith(tb testing.TB, change func(*server.Config)) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	raftAddr := ln.Addr().String()
-	ln.Close()
-	cfg := server.DefaultConfig()
-	cfg.DataDir = tb.TempDir()
-	cfg.RaftAddr = raftAddr
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	change(&cfg)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := server.Open(ctx, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := s.WaitReady(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	addr := testproc.ServeH2C(tb, s.Handler())
-	tb.Cleanup(func() { s.Close() }) // first: it ends the waits
-	return addr
+	return fencelocktest.StartNode(tb, change).Addr
 }
 
 func quietClient(tb testing.TB, addr string) *client.Client {

@@ -3,8 +3,6 @@ package server_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -14,9 +12,9 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/admin"
 	"github.com/fencelock/fencelock/client"
+	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/testproc"
-	"github.com/fencelock/fencelock/server"
 )
 
 // BenchmarkAcquireRelease measures acquire+release pairs per second against
@@ -175,20 +173,9 @@ func BenchmarkRenew(b *testing.B) {
 //
 //	go test -run '^$' -bench ApplyInProcess -benchtime 3000x ./server/
 func BenchmarkApplyInProcess(b *testing.B) {
-	cfg := server.DefaultConfig()
-	cfg.DataDir = b.TempDir()
-	cfg.RaftAddr = testproc.FreeAddr(b)
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := server.Open(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := fencelocktest.StartNode(b).Server
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		b.Fatal(err)
-	}
 	for _, workers := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("goroutines=%d", workers), func(b *testing.B) {
 			var wg sync.WaitGroup
