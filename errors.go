@@ -150,6 +150,35 @@ func (e *StaleTokenError) Error() string {
 // Unwrap returns ErrStaleToken.
 func (e *StaleTokenError) Unwrap() error { return ErrStaleToken }
 
+// NotLeaderError is returned by a node that is not the leader. It names
+// the leader's API address when the node knows it, so a client can go
+// there. errors.Is(err, ErrNotLeader) is true for it.
+type NotLeaderError struct {
+	Node      string // the node that answered, "" if unknown
+	LeaderID  string // "" if unknown
+	LeaderAPI string // the leader's API address, "" if unknown
+	msg       string // the message as the node sent it, on the client
+}
+
+// NewNotLeaderError is the error of a remote not_leader answer: its
+// message as sent, and the leader's API address.
+func NewNotLeaderError(msg, leaderAPI string) *NotLeaderError {
+	return &NotLeaderError{LeaderAPI: leaderAPI, msg: msg}
+}
+
+func (e *NotLeaderError) Error() string {
+	switch {
+	case e.msg != "":
+		return e.msg
+	case e.LeaderAPI == "":
+		return fmt.Sprintf("node %s is not the leader; the leader is unknown", e.Node)
+	}
+	return fmt.Sprintf("node %s is not the leader; the leader is %s at %s", e.Node, e.LeaderID, e.LeaderAPI)
+}
+
+// Unwrap returns ErrNotLeader.
+func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
+
 // LockHeldError is returned when a lock could not be granted because another
 // grant holds it. errors.Is(err, ErrLockHeld) is true for it.
 type LockHeldError struct {

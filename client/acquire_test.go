@@ -166,7 +166,7 @@ type hintNode struct {
 }
 
 func (n *hintNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
-	return nil, wire.NewNotLeader(n.leader, "not the leader")
+	return nil, &fencelock.NotLeaderError{Node: "n", LeaderAPI: n.leader}
 }
 
 // TestClient_SkipsASilentNodeThatAFollowerNames: a follower's not_leader

@@ -289,9 +289,9 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, extra time.Duration,
 // leader a not_leader answer names, unless that endpoint is silent, or else
 // to the next endpoint. It reports whether it followed a hint.
 func (c *Client) follow(err error, i int) bool {
-	var nl *wire.NotLeaderError
-	if errors.As(err, &nl) && nl.Leader != "" {
-		j := c.endpointOf(nl.Leader)
+	var nl *fencelock.NotLeaderError
+	if errors.As(err, &nl) && nl.LeaderAPI != "" {
+		j := c.endpointOf(nl.LeaderAPI)
 		if eps := *c.eps.Load(); j != i && !eps[j].silent() {
 			c.next.Store(uint32(j))
 			return true

@@ -18,9 +18,10 @@ import (
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 )
 
-// maxMessageBytes keeps one SessionRequest well under a node's 64 KiB
-// limit on a message, whatever the names and labels.
-const maxMessageBytes = 32 << 10
+// maxMessageBytes keeps one SessionRequest well under a node's limit on
+// a message (wire.MaxRequestBytes): the calls are added until it is
+// passed, and the last call may be as large as a message can be.
+const maxMessageBytes = wire.MaxRequestBytes / 2
 
 // sessionNode is node over one Session stream per node (see Session in
 // the API): acquire, renew, release and cancelWait travel on it, those

@@ -9,7 +9,6 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
-	"github.com/fencelock/fencelock/internal/wire"
 )
 
 // Limits on request fields, checked at the API edge.
@@ -409,9 +408,5 @@ func (s *Server) List(ctx context.Context, prefix, pageToken string, size int) (
 func (s *Server) notLeader() error {
 	_, id := s.raft.LeaderWithID()
 	api, _ := s.fsm.MemberAPI(string(id))
-	msg := fmt.Sprintf("node %s is not the leader", s.cfg.NodeID)
-	if api != "" {
-		msg += fmt.Sprintf("; the leader is %s at %s", id, api)
-	}
-	return wire.NewNotLeader(api, msg)
+	return &fencelock.NotLeaderError{Node: s.cfg.NodeID, LeaderID: string(id), LeaderAPI: api}
 }

@@ -80,9 +80,9 @@ func detailOf(code string, err error) *fencelockv1.ErrorDetail {
 	if errors.As(err, &stale) {
 		d.Name, d.Token = stale.Domain, uint64(stale.Highest)
 	}
-	var nl *NotLeaderError
+	var nl *fencelock.NotLeaderError
 	if errors.As(err, &nl) {
-		d.Leader = nl.Leader
+		d.Leader = nl.LeaderAPI
 	}
 	return d
 }
@@ -102,7 +102,7 @@ func fromDetail(msg string, d *fencelockv1.ErrorDetail) error {
 		}
 		return e
 	case fencelock.ErrNotLeader:
-		return &NotLeaderError{Leader: d.Leader, msg: msg}
+		return fencelock.NewNotLeaderError(msg, d.Leader)
 	}
 	return &remoteError{msg: msg, sentinel: sentinel}
 }
@@ -220,31 +220,6 @@ type remoteError struct {
 
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
-
-// NewNotLeader returns a *NotLeaderError with a leader hint (may be "").
-func NewNotLeader(leader, msg string) *NotLeaderError {
-	return &NotLeaderError{Leader: leader, msg: msg}
-}
-
-// NotLeaderError says the node is not the leader, and which node is, when
-// known. errors.Is(err, fencelock.ErrNotLeader) is true for it.
-type NotLeaderError struct {
-	Leader string // the leader's API address, or ""
-	msg    string
-}
-
-func (e *NotLeaderError) Error() string {
-	if e.msg != "" {
-		return e.msg
-	}
-	if e.Leader == "" {
-		return "not the leader; leader unknown"
-	}
-	return "not the leader; leader is " + e.Leader
-}
-
-// Unwrap returns fencelock.ErrNotLeader.
-func (e *NotLeaderError) Unwrap() error { return fencelock.ErrNotLeader }
 
 // WithAdminToken sets token, if any, as the bearer token of req (the admin
 // token of membership changes).
