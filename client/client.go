@@ -153,9 +153,11 @@ func NewFromConfig(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, hc: cfg.HTTPClient, close: func() {}, born: time.Now(), instance: string(fencelock.NewLeaseID())[:16]}
+	closeIdle := func() {} // the caller's HTTP client is the caller's to manage
 	if c.hc == nil {
 		tr := newTransport(cfg.TLS)
 		c.hc, c.close = &http.Client{Transport: tr}, tr.(schemes).CloseIdleConnections
+		closeIdle = c.close
 	} else {
 		hc := *c.hc
 		hc.Transport = streamCheck{next: transportOf(c.hc)}
@@ -166,7 +168,7 @@ func NewFromConfig(cfg Config) (*Client, error) {
 		hc.Transport = bearer{token: cfg.Token, next: transportOf(c.hc)}
 		c.hc = &hc
 	}
-	c.dial = func(url string) node { return newSessionNode(newConnectNode(c.hc, url)) }
+	c.dial = func(url string) node { return newSessionNode(newConnectNode(c.hc, url), closeIdle) }
 	var eps []*endpoint
 	for _, e := range cfg.Endpoints {
 		eps = append(eps, c.newEndpoint(c.endpointURL(e)))

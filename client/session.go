@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 )
@@ -31,12 +32,19 @@ const maxMessageBytes = wire.MaxRequestBytes / 2
 // the calls of that stream and every later call are unary calls instead.
 type sessionNode struct {
 	*connectNode
+	closeIdle func()      // closes the client's idle connections
 	noStreams atomic.Bool // the node is reached without HTTP/2: unary calls only
 	mu        sync.Mutex
 	cur       *stream // nil: none open
 }
 
-func newSessionNode(n *connectNode) *sessionNode { return &sessionNode{connectNode: n} }
+func newSessionNode(n *connectNode, closeIdle func()) *sessionNode {
+	return &sessionNode{connectNode: n, closeIdle: closeIdle}
+}
+
+// errLeft ends a stream the client left: its node answered not_leader and
+// no other call was out on it.
+var errLeft = errors.New("left a node that is not the leader")
 
 var _ node = (*sessionNode)(nil)
 
@@ -81,8 +89,22 @@ func (n *sessionNode) open() *stream {
 			n.cur = nil
 		}
 		n.mu.Unlock()
+		if errors.Is(st.err, errLeft) {
+			n.closeIdle() // its connection, now that the stream is over
+		}
 	}()
 	return st
+}
+
+// leave closes st, the node's stream, if no call is out on it: a client
+// that moved to the leader keeps no stream, nor connection, to a node that
+// is not (10,000 clients would otherwise hold twice the connections).
+func (n *sessionNode) leave(st *stream) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cur == st && st.failIfIdle(errLeft) {
+		n.cur = nil
+	}
 }
 
 // close ends the node's stream; calls on it fail.
@@ -108,13 +130,20 @@ func (n *sessionNode) do(ctx context.Context, c *fencelockv1.Call) (*fencelockv1
 	select {
 	case r := <-ch:
 		if e := r.GetError(); e != nil {
-			return nil, wire.FromStatus(e)
+			err := wire.FromStatus(e)
+			if errors.Is(err, fencelock.ErrNotLeader) {
+				n.leave(st)
+			}
+			return nil, err
 		}
 		return r, nil
 	case <-st.dead:
-		if errors.Is(st.err, errNoStreams) {
+		switch {
+		case errors.Is(st.err, errNoStreams):
 			n.noStreams.Store(true)
 			return n.unary(ctx, c)
+		case errors.Is(st.err, errLeft): // left as this call was added: a new stream
+			return n.do(ctx, c)
 		}
 		return nil, wire.NoAnswer(st.err)
 	case <-ctx.Done():
@@ -260,10 +289,26 @@ func (st *stream) due(now time.Time) (ping, silent bool) {
 	return true, false
 }
 
+// failIfIdle ends the stream with err if no call is out on it, and
+// reports whether it did.
+func (st *stream) failIfIdle(err error) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.err != nil || len(st.calls) > 0 || len(st.pending) > 0 {
+		return false
+	}
+	st.failLocked(err)
+	return true
+}
+
 // fail ends the stream with err (the first cause wins).
 func (st *stream) fail(err error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.failLocked(err)
+}
+
+func (st *stream) failLocked(err error) {
 	if st.err != nil {
 		return
 	}

@@ -55,6 +55,10 @@ const (
 // each connection. golang.org/x/net/http2 dials one connection at a time
 // per node, also when thousands of calls start at once, and a new one only
 // when the node's limit of calls per connection is reached.
+// idleConn closes a connection that carries no call and no Session
+// stream (one to a node the client left, or used for Describe and List).
+const idleConn = 30 * time.Second
+
 func newTransport(tlsConf *tls.Config) http.RoundTripper {
 	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	h2c := &http2.Transport{
@@ -64,8 +68,9 @@ func newTransport(tlsConf *tls.Config) http.RoundTripper {
 		},
 		ReadIdleTimeout: idleCheck,
 		PingTimeout:     pingTimeout,
+		IdleConnTimeout: idleConn,
 	}
-	h2 := &http2.Transport{ReadIdleTimeout: idleCheck, PingTimeout: pingTimeout, TLSClientConfig: tlsConf}
+	h2 := &http2.Transport{ReadIdleTimeout: idleCheck, PingTimeout: pingTimeout, IdleConnTimeout: idleConn, TLSClientConfig: tlsConf}
 	return schemes{"http": h2c, "https": h2}
 }
 
