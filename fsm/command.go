@@ -69,19 +69,21 @@ type Expire struct {
 	Token fencelock.Token
 }
 
-// CancelWait takes a request out of its queue, or ends what it was granted.
+// CancelWait takes a request out of its queue, or ends what it was
+// granted. The node's take-backs send it as the request's owner.
 type CancelWait struct {
 	Name      fencelock.LockName
 	RequestID string
 	Owner     string // the caller's identity: it cancels only its own requests
-	ByNode    bool   // the node's take-back: it may cancel any owner's
 }
 
-// Detach records that the grant of RequestID reached no caller; any
-// leader takes it back after a grace. Only the node proposes it.
+// Detach records that the grant of Owner's request RequestID reached no
+// caller; any leader takes it back after a grace. Only the node proposes
+// it.
 type Detach struct {
 	Name      fencelock.LockName
 	RequestID string
+	Owner     string
 }
 
 // SetMember records a node's API address.
@@ -142,17 +144,17 @@ func (Expire) get(d *decoder) Payload {
 }
 
 func (p CancelWait) put(b []byte) []byte {
-	return append(putStrings(b, string(p.Name), p.RequestID, p.Owner), flag(p.ByNode))
+	return putStrings(b, string(p.Name), p.RequestID, p.Owner)
 }
 
 func (CancelWait) get(d *decoder) Payload {
-	return CancelWait{Name: fencelock.LockName(d.string()), RequestID: d.string(), Owner: d.string(), ByNode: d.byte() == 1}
+	return CancelWait{Name: fencelock.LockName(d.string()), RequestID: d.string(), Owner: d.string()}
 }
 
-func (p Detach) put(b []byte) []byte { return putStrings(b, string(p.Name), p.RequestID) }
+func (p Detach) put(b []byte) []byte { return putStrings(b, string(p.Name), p.RequestID, p.Owner) }
 
 func (Detach) get(d *decoder) Payload {
-	return Detach{Name: fencelock.LockName(d.string()), RequestID: d.string()}
+	return Detach{Name: fencelock.LockName(d.string()), RequestID: d.string(), Owner: d.string()}
 }
 
 func (p SetMember) put(b []byte) []byte { return putStrings(b, p.NodeID, p.APIAddr) }

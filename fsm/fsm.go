@@ -253,9 +253,10 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 	return Result{Err: fmt.Errorf("apply entry %d: no payload: %w", index, fencelock.ErrInvalidArgument)}
 }
 
-// detach marks the grant of p.RequestID as reaching no caller.
+// detach marks the grant of p.Owner's request p.RequestID as reaching no
+// caller.
 func (f *FSM) detach(p Detach) Result {
-	if l := f.locks[p.Name]; l != nil && l.Holder != nil && l.Holder.RequestID == p.RequestID {
+	if l := f.locks[p.Name]; l != nil && l.Holder != nil && l.Holder.RequestID == p.RequestID && l.Holder.Owner == p.Owner {
 		l.Holder.Detached = true
 		return Result{}
 	}
@@ -409,14 +410,8 @@ func (f *FSM) unwait(owner string) {
 // a request id answers only for its owner.
 func (a Acquire) ownedBy(owner string) error { return checkOwner(a.Name, a.RequestID, a.Owner, owner) }
 
-// ownedBy refuses a caller's CancelWait of a request that another identity
-// made; the node's own (ByNode) may cancel any.
-func (c CancelWait) ownedBy(owner string) error {
-	if c.ByNode {
-		return nil
-	}
-	return checkOwner(c.Name, c.RequestID, c.Owner, owner)
-}
+// ownedBy refuses a CancelWait of a request that another identity made.
+func (c CancelWait) ownedBy(owner string) error { return checkOwner(c.Name, c.RequestID, c.Owner, owner) }
 
 func checkOwner(name fencelock.LockName, rid, caller, owner string) error {
 	if caller == owner {
@@ -532,6 +527,7 @@ func (f *FSM) queued(name fencelock.LockName, rid string) bool {
 type QueuedRequest struct {
 	Name      fencelock.LockName
 	RequestID string
+	Owner     string
 }
 
 // QueuedRequests returns every request waiting in a queue.
@@ -542,7 +538,7 @@ func (f *FSM) QueuedRequests() []QueuedRequest {
 	for n, l := range f.locks {
 		for _, s := range l.queue.slots {
 			if !s.gap {
-				out = append(out, QueuedRequest{Name: n, RequestID: s.w.RequestID})
+				out = append(out, QueuedRequest{Name: n, RequestID: s.w.RequestID, Owner: s.w.Owner})
 			}
 		}
 	}
@@ -556,25 +552,32 @@ func (f *FSM) Queued(name fencelock.LockName, rid string) bool {
 	return f.queued(name, rid)
 }
 
-// Holds reports whether request rid waits in name's queue or holds name.
-func (f *FSM) Holds(name fencelock.LockName, rid string) bool {
-	if rid == "" {
-		return false
-	}
+// Holds reports whether owner's request rid waits in name's queue or
+// holds name.
+func (f *FSM) Holds(name fencelock.LockName, rid, owner string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if l := f.locks[name]; l != nil && l.Holder != nil && l.Holder.RequestID == rid {
+	if f.heldBy(name, rid, owner) {
 		return true
 	}
-	return f.queued(name, rid)
+	l := f.locks[name]
+	if l == nil {
+		return false
+	}
+	w, ok := l.queue.get(rid)
+	return ok && w.Owner == owner
 }
 
-// HeldBy reports whether name is held by the grant of request rid.
-func (f *FSM) HeldBy(name fencelock.LockName, rid string) bool {
+// HeldBy reports whether name is held by the grant of owner's request rid.
+func (f *FSM) HeldBy(name fencelock.LockName, rid, owner string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.heldBy(name, rid, owner)
+}
+
+func (f *FSM) heldBy(name fencelock.LockName, rid, owner string) bool {
 	l := f.locks[name]
-	return rid != "" && l != nil && l.Holder != nil && l.Holder.RequestID == rid
+	return rid != "" && l != nil && l.Holder != nil && l.Holder.RequestID == rid && l.Holder.Owner == owner
 }
 
 // HeldByOther reports whether name is held by a grant of a request other

@@ -217,7 +217,7 @@ func TestFSM_CancelWait(t *testing.T) {
 
 // TestFSM_RequestsBelongToTheirOwner: another owner's retry of a request
 // id gets neither its grant, nor its place, nor the token of its ended
-// grant, and cannot cancel it; only the node's own commands (ByNode) may.
+// grant, and cannot cancel it.
 func TestFSM_RequestsBelongToTheirOwner(t *testing.T) {
 	h := newHarness(t)
 	as := func(c Command, owner string) Command {
@@ -246,8 +246,12 @@ func TestFSM_RequestsBelongToTheirOwner(t *testing.T) {
 	}
 	h.apply(as(acq("b", "w", "Lb", false), "billing"))
 	h.apply(as(acq("b", "w2", "Lw", true), "billing"))
-	if r := h.apply(Command{Payload: CancelWait{Name: "b", RequestID: "w2", ByNode: true}}); r.Err != nil {
-		t.Errorf("the node's take-back of billing's waiter: %v", r.Err)
+	if r := h.apply(Command{Payload: CancelWait{Name: "b", RequestID: "w2", Owner: "billing"}}); r.Err != nil {
+		t.Errorf("a take-back of billing's waiter as billing: %v", r.Err)
+	}
+	h.apply(Command{Payload: Detach{Name: "b", RequestID: "w", Owner: "hr"}})
+	if l, _ := h.f.Get("b"); l.Holder.Detached {
+		t.Error("a Detach as another owner marked billing's grant")
 	}
 }
 

@@ -87,6 +87,12 @@ func TestACL_requestIDsBelongToTheirCaller(t *testing.T) {
 	if err := s.CancelWait(thief, "billing/42", "r1"); !errors.Is(err, fencelock.ErrPermissionDenied) {
 		t.Fatalf("CancelWait of r1 by another identity: %v, want ErrPermissionDenied", err)
 	}
+	// The refused call was another identity's: it leaves billing's
+	// grant alone, neither marked as reaching nobody nor taken back.
+	time.Sleep(callGrace + 500*time.Millisecond)
+	if l, _ := s.fsm.Get("billing/42"); l.Holder == nil || l.Holder.Token != g.Token || l.Holder.Detached {
+		t.Fatalf("billing's grant after another identity's refused retry: %+v; want it held as it was", l.Holder)
+	}
 	again, err := s.Acquire(billing, AcquireRequest{Name: "billing/42", TTL: time.Minute, RequestID: "r1"})
 	if err != nil || again.LeaseID != g.LeaseID {
 		t.Fatalf("a retry of r1 by its owner: %+v, %v; want the same grant", again, err)

@@ -31,7 +31,7 @@ const (
 )
 
 // claims ties each request that may wait on this leader to the Acquire
-// calls waiting for it, by lock name and request id. A request that no call
+// calls waiting for it, by lock name, request id and owner. A request that no call
 // waits for is taken back after a grace: taken out of its queue, or, if it
 // was granted while nobody waited, its grant ends. So a caller that is gone
 // (its context ended, its stream or connection closed) leaves nothing
@@ -45,9 +45,12 @@ type claims struct {
 	due   dueHeap // armed claims by due time; reapDue skips stale entries
 }
 
+// claimKey names a request: a request id is per lock and per owner (the
+// caller's identity), so another identity's call never shares a claim.
 type claimKey struct {
-	name fencelock.LockName
-	rid  string
+	name  fencelock.LockName
+	rid   string
+	owner string
 }
 
 // claim is one request's entry. It is in claims.m from the first call for
@@ -103,8 +106,8 @@ func newClaims(s *Server) *claims {
 // attach registers a call for request rid of name. errBeingTakenBack or
 // errDetaching: the request is being taken back, or its grant recorded as
 // reaching nobody; nothing is registered.
-func (cs *claims) attach(name fencelock.LockName, rid string) (*call, error) {
-	k := claimKey{name, rid}
+func (cs *claims) attach(name fencelock.LockName, rid, owner string) (*call, error) {
+	k := claimKey{name, rid, owner}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	c := cs.m[k]
@@ -148,14 +151,14 @@ func (cs *claims) detach(cl *call, grace time.Duration, unknown bool) {
 		cs.mu.Unlock()
 		return
 	}
-	if !c.unknown && !cs.s.fsm.Holds(c.key.name, c.key.rid) {
+	if !c.unknown && !cs.s.fsm.Holds(c.key.name, c.key.rid, c.key.owner) {
 		delete(cs.m, c.key) // nothing of it on the node
 		cs.mu.Unlock()
 		return
 	}
 	if grace > 0 {
 		cs.armLocked(c, grace)
-		if cs.s.fsm.HeldBy(c.key.name, c.key.rid) {
+		if cs.s.fsm.HeldBy(c.key.name, c.key.rid, c.key.owner) {
 			cs.detachLocked(c) // granted, and its caller went away
 		}
 		cs.mu.Unlock()
@@ -165,12 +168,12 @@ func (cs *claims) detach(cl *call, grace time.Duration, unknown bool) {
 	cs.reap(c)
 }
 
-// orphan gives request rid of name, which no call waits for, a grace
-// before it is taken back (a new leader's queued requests).
-func (cs *claims) orphan(name fencelock.LockName, rid string, grace time.Duration) {
+// orphan gives owner's request rid of name, which no call waits for, a
+// grace before it is taken back (a new leader's queued requests).
+func (cs *claims) orphan(name fencelock.LockName, rid, owner string, grace time.Duration) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	k := claimKey{name, rid}
+	k := claimKey{name, rid, owner}
 	if cs.m[k] != nil {
 		return
 	}
@@ -280,7 +283,7 @@ func (cs *claims) takeBack(c *claim) {
 	s := cs.s
 	for backoff := 50 * time.Millisecond; s.ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
-		res, err := s.Apply(ctx, fsm.CancelWait{Name: c.key.name, RequestID: c.key.rid, ByNode: true})
+		res, err := s.Apply(ctx, fsm.CancelWait{Name: c.key.name, RequestID: c.key.rid, Owner: c.key.owner})
 		cancel()
 		switch {
 		case err == nil:
@@ -311,7 +314,7 @@ func (cs *claims) deliver(name fencelock.LockName, h fsm.Holder) {
 	if h.RequestID == "" {
 		return
 	}
-	k := claimKey{name, h.RequestID}
+	k := claimKey{name, h.RequestID, h.Owner}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	c := cs.m[k]
@@ -363,7 +366,7 @@ func (cs *claims) detachGrant(c *claim) {
 	defer func() { <-cs.slots }()
 	for backoff := 50 * time.Millisecond; s.ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
-		_, err := s.Apply(ctx, fsm.Detach{Name: c.key.name, RequestID: c.key.rid})
+		_, err := s.Apply(ctx, fsm.Detach{Name: c.key.name, RequestID: c.key.rid, Owner: c.key.owner})
 		cancel()
 		if err == nil || errors.Is(err, fencelock.ErrNotLeader) {
 			return
@@ -376,14 +379,14 @@ func (cs *claims) detachGrant(c *claim) {
 	}
 }
 
-// drop ends the calls waiting for request rid with errDropped, after a
+// drop ends the calls waiting for owner's request rid with errDropped, after a
 // cancel of it committed. The claim stays while calls are attached: an
 // entry of one of them may still queue the request anew, and their detach
 // then takes it back.
-func (cs *claims) drop(name fencelock.LockName, rid string) {
+func (cs *claims) drop(name fencelock.LockName, rid, owner string) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	k := claimKey{name, rid}
+	k := claimKey{name, rid, owner}
 	c := cs.m[k]
 	if c == nil || c.reaping {
 		return

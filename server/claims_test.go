@@ -11,15 +11,15 @@ import (
 func TestClaims_FallDueInOrderAsLastArmed(t *testing.T) {
 	s := openInProcess(t)
 	cs := newClaims(s) // no reapDue runs for it: the test pops
-	cs.orphan("a", "r1", 3*time.Second)
-	cs.orphan("b", "r2", time.Second)
-	cs.orphan("c", "r3", 2*time.Second)
-	cl, err := cs.attach("a", "r1") // a call comes for r1 and goes
+	cs.orphan("a", "r1", "", 3*time.Second)
+	cs.orphan("b", "r2", "", time.Second)
+	cs.orphan("c", "r3", "", 2*time.Second)
+	cl, err := cs.attach("a", "r1", "") // a call comes for r1 and goes
 	if err != nil {
 		t.Fatal(err)
 	}
 	cs.detach(cl, 10*time.Second, true)
-	held, err := cs.attach("c", "r3") // a call waits for r3
+	held, err := cs.attach("c", "r3", "") // a call waits for r3
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -335,7 +335,7 @@ func (s *Server) becomeReady(epoch uint64) {
 	// not_leader).
 	queued := s.fsm.QueuedRequests()
 	for _, q := range queued {
-		s.claims.orphan(q.Name, q.RequestID, leaderGrace)
+		s.claims.orphan(q.Name, q.RequestID, q.Owner, leaderGrace)
 	}
 	// A grant an old leader recorded as reaching nobody is taken back
 	// after the grace a call of its own would have had, unless its caller
@@ -343,7 +343,7 @@ func (s *Server) becomeReady(epoch uint64) {
 	detached := 0
 	for name, h := range s.fsm.Holders() {
 		if h.Detached && h.RequestID != "" {
-			s.claims.orphan(name, h.RequestID, callGrace)
+			s.claims.orphan(name, h.RequestID, h.Owner, callGrace)
 			detached++
 		}
 	}

@@ -88,7 +88,7 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	if !s.Ready() {
 		return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, s.notLeader())
 	}
-	cl, err := s.claims.attach(req.Name, req.RequestID)
+	cl, err := s.claims.attach(req.Name, req.RequestID, req.owner)
 	if err != nil {
 		return fencelock.Grant{}, fmt.Errorf("acquire %q: %v; ask again: %w", req.Name, err, fencelock.ErrUnavailable)
 	}
@@ -316,12 +316,13 @@ func (s *Server) CancelWait(ctx context.Context, name fencelock.LockName, rid st
 	if err := fencelock.ValidateRequestID(rid); err != nil {
 		return err
 	}
-	res, err := s.Apply(ctx, fsm.CancelWait{Name: name, RequestID: rid, Owner: s.owner(ctx)})
+	owner := s.owner(ctx)
+	res, err := s.Apply(ctx, fsm.CancelWait{Name: name, RequestID: rid, Owner: owner})
 	if err != nil {
 		return err
 	}
 	if res.Err == nil {
-		s.claims.drop(name, rid) // calls still waiting for it (an earlier attempt's) stop
+		s.claims.drop(name, rid, owner) // calls still waiting for it (an earlier attempt's) stop
 	}
 	return res.Err
 }

@@ -159,7 +159,7 @@ func TestAcquire_GrantToACallerGoneIsHandedBack(t *testing.T) {
 		t.Fatalf("a caller that is gone was handed grant %+v", g)
 	}
 	deadline := time.Now().Add(callGrace + 5*time.Second)
-	for s.fsm.Holds("l", "r") {
+	for s.fsm.Holds("l", "r", "") {
 		if time.Now().After(deadline) {
 			t.Fatal("the grant made for a caller that is gone is still held after the grace")
 		}
