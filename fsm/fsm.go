@@ -411,7 +411,9 @@ func (f *FSM) unwait(owner string) {
 func (a Acquire) ownedBy(owner string) error { return checkOwner(a.Name, a.RequestID, a.Owner, owner) }
 
 // ownedBy refuses a CancelWait of a request that another identity made.
-func (c CancelWait) ownedBy(owner string) error { return checkOwner(c.Name, c.RequestID, c.Owner, owner) }
+func (c CancelWait) ownedBy(owner string) error {
+	return checkOwner(c.Name, c.RequestID, c.Owner, owner)
+}
 
 func checkOwner(name fencelock.LockName, rid, caller, owner string) error {
 	if caller == owner {
