@@ -56,11 +56,13 @@ type Acquire struct {
 	Owner string
 }
 
-// Release ends the grant named by its lease id and token.
+// Release ends the grant named by its lease id and token, if Owner (the
+// caller's identity) made it.
 type Release struct {
 	Name    fencelock.LockName
 	LeaseID fencelock.LeaseID
 	Token   fencelock.Token
+	Owner   string
 }
 
 // Expire ends the grant with Token, as the leader's lease timer decided.
@@ -128,11 +130,12 @@ func (Acquire) get(d *decoder) Payload {
 }
 
 func (p Release) put(b []byte) []byte {
-	return binary.AppendUvarint(putStrings(b, string(p.Name), string(p.LeaseID)), uint64(p.Token))
+	b = binary.AppendUvarint(putStrings(b, string(p.Name), string(p.LeaseID)), uint64(p.Token))
+	return putStrings(b, p.Owner)
 }
 
 func (Release) get(d *decoder) Payload {
-	return Release{Name: fencelock.LockName(d.string()), LeaseID: fencelock.LeaseID(d.string()), Token: fencelock.Token(d.uvarint())}
+	return Release{Name: fencelock.LockName(d.string()), LeaseID: fencelock.LeaseID(d.string()), Token: fencelock.Token(d.uvarint()), Owner: d.string()}
 }
 
 func (p Expire) put(b []byte) []byte {

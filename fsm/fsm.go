@@ -226,6 +226,9 @@ func (f *FSM) apply(index uint64, cmd Command, events *[]event) Result {
 		if l == nil || l.Holder == nil || l.Holder.LeaseID != p.LeaseID || l.Holder.Token != p.Token {
 			return Result{Err: fmt.Errorf("release %q token %d: %w", p.Name, p.Token, fencelock.ErrNotHolder)}
 		}
+		if l.Holder.Owner != p.Owner {
+			return Result{Err: fmt.Errorf("release %q token %d: the grant belongs to another caller: %w", p.Name, p.Token, fencelock.ErrPermissionDenied)}
+		}
 		f.end(index, now, l, false, events)
 		return Result{}
 	case Expire:

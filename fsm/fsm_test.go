@@ -240,7 +240,10 @@ func TestFSM_RequestsBelongToTheirOwner(t *testing.T) {
 			t.Errorf("owner %q cancelled billing's r1: %+v, want ErrPermissionDenied", owner, r)
 		}
 	}
-	h.apply(Command{Payload: Release{Name: "a", LeaseID: "L1", Token: g.Token}})
+	if r := h.apply(Command{Payload: Release{Name: "a", LeaseID: "L1", Token: g.Token, Owner: "hr"}}); !errors.Is(r.Err, fencelock.ErrPermissionDenied) {
+		t.Errorf("hr released billing's grant with its lease id: %+v, want ErrPermissionDenied", r)
+	}
+	h.apply(Command{Payload: Release{Name: "a", LeaseID: "L1", Token: g.Token, Owner: "billing"}})
 	if r := h.apply(as(acq("a", "r1", "L3", false), "hr")); r.Err != nil && strings.Contains(r.Err.Error(), fmt.Sprint(g.Token)) {
 		t.Errorf("hr retried billing's ended r1 and learned its token: %v", r.Err)
 	}

@@ -72,7 +72,8 @@ func TestACL_everyOperationChecks(t *testing.T) {
 }
 
 // TestACL_requestIDsBelongToTheirCaller: another identity that knows a
-// request id gets neither its grant nor its cancellation.
+// request id gets neither its grant nor its cancellation, and one that
+// knows a lease id can neither renew nor release the grant.
 func TestACL_requestIDsBelongToTheirCaller(t *testing.T) {
 	s := openInProcessWith(t, func(c *Config) { c.ACL = testACL(t) })
 	billing := acl.WithIdentity(t.Context(), "billing")
@@ -92,6 +93,12 @@ func TestACL_requestIDsBelongToTheirCaller(t *testing.T) {
 	time.Sleep(callGrace + 500*time.Millisecond)
 	if l, _ := s.fsm.Get("billing/42"); l.Holder == nil || l.Holder.Token != g.Token || l.Holder.Detached {
 		t.Fatalf("billing's grant after another identity's refused retry: %+v; want it held as it was", l.Holder)
+	}
+	if _, err := s.Renew(thief, g.Name, g.LeaseID, g.Token); !errors.Is(err, fencelock.ErrPermissionDenied) {
+		t.Fatalf("Renew of billing's grant by another identity that knows its lease id: %v, want ErrPermissionDenied", err)
+	}
+	if err := s.Release(thief, g.Name, g.LeaseID, g.Token); !errors.Is(err, fencelock.ErrPermissionDenied) {
+		t.Fatalf("Release of billing's grant by another identity that knows its lease id: %v, want ErrPermissionDenied", err)
 	}
 	again, err := s.Acquire(billing, AcquireRequest{Name: "billing/42", TTL: time.Minute, RequestID: "r1"})
 	if err != nil || again.LeaseID != g.LeaseID {

@@ -27,6 +27,7 @@ type leaseTable struct {
 type lease struct {
 	token    fencelock.Token
 	leaseID  fencelock.LeaseID
+	owner    string // the identity that made the grant (fsm.Holder.Owner)
 	ttl      time.Duration
 	deadline time.Time // monotonic
 	timer    *time.Timer
@@ -99,7 +100,7 @@ func (t *leaseTable) armLocked(name fencelock.LockName, h fsm.Holder, now time.T
 		}
 		l.timer.Stop()
 	}
-	l := &lease{token: h.Token, leaseID: h.LeaseID, ttl: ttl, deadline: deadline}
+	l := &lease{token: h.Token, leaseID: h.LeaseID, owner: h.Owner, ttl: ttl, deadline: deadline}
 	l.timer = time.AfterFunc(ttl+extra, func() { t.fire(name, l) })
 	t.leases[name] = l
 }
@@ -122,10 +123,11 @@ const (
 	notArmed              // no such lease here: ask the FSM why
 	expiring              // the deadline passed; the expiry is under way
 	notActive             // this node is not a ready leader
+	notOwner              // another identity made the grant
 )
 
-// renew extends the named lease to now+TTL, never shortening it.
-func (t *leaseTable) renew(name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token, now time.Time) (time.Duration, renewResult) {
+// renew extends owner's named lease to now+TTL, never shortening it.
+func (t *leaseTable) renew(name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token, owner string, now time.Time) (time.Duration, renewResult) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.active {
@@ -134,6 +136,9 @@ func (t *leaseTable) renew(name fencelock.LockName, id fencelock.LeaseID, token 
 	l := t.leases[name]
 	if l == nil || l.token != token || l.leaseID != id {
 		return 0, notArmed
+	}
+	if l.owner != owner {
+		return 0, notOwner
 	}
 	if l.expiring || !now.Before(l.deadline) {
 		return 0, expiring

@@ -31,13 +31,13 @@ func TestLeaseTable_RenewNeverShortens(t *testing.T) {
 	lt.activate(lt.currentEpoch(), func() map[fencelock.LockName]fsm.Holder { return nil }, now, 0)
 	defer lt.deactivate()
 	lt.granted("a", fsm.Holder{Token: 3, LeaseID: "L", TTL: int64(time.Minute)}, now.Add(30*time.Second))
-	if _, r := lt.renew("a", "L", 3, now); r != renewed {
+	if _, r := lt.renew("a", "L", 3, "", now); r != renewed {
 		t.Fatalf("renew: %v", r)
 	}
 	if exp, _ := lt.expiry("a", 3); !exp.Equal(now.Add(90 * time.Second)) {
 		t.Errorf("an earlier renewal moved the deadline to %v, want it kept at +90s", exp.Sub(now))
 	}
-	if _, r := lt.renew("a", "OTHER", 3, now); r != notArmed {
+	if _, r := lt.renew("a", "OTHER", 3, "", now); r != notArmed {
 		t.Errorf("renew with a wrong lease id: %v, want notArmed", r)
 	}
 }

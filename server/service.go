@@ -248,7 +248,8 @@ func validateGrantRef(name fencelock.LockName, id fencelock.LeaseID, token fence
 
 // Renew extends the grant's lease by its TTL and returns the TTL. It writes
 // nothing to disk. Errors: ErrNotHolder (not the current grant),
-// ErrLeaseExpired (the lease ran out first), ErrNotLeader, invalid input.
+// ErrLeaseExpired (the lease ran out first), ErrPermissionDenied (another
+// identity's grant), ErrNotLeader, invalid input.
 func (s *Server) Renew(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) (time.Duration, error) {
 	if err := validateGrantRef(name, id, token); err != nil {
 		return 0, err
@@ -265,11 +266,13 @@ func (s *Server) Renew(ctx context.Context, name fencelock.LockName, id fenceloc
 		}
 		return 0, fmt.Errorf("renew %q: %w", name, s.notLeader())
 	}
-	ttl, r := s.leases.renew(name, id, token, time.Now())
+	ttl, r := s.leases.renew(name, id, token, s.owner(ctx), time.Now())
 	switch r {
 	case renewed:
 		s.metrics.renewals.Inc()
 		return ttl, nil
+	case notOwner:
+		return 0, fmt.Errorf("renew %q token %d: the grant belongs to another caller: %w", name, token, fencelock.ErrPermissionDenied)
 	case expiring:
 		return 0, fmt.Errorf("renew %q token %d: %w", name, token, fencelock.ErrLeaseExpired)
 	case notActive:
@@ -282,7 +285,8 @@ func (s *Server) Renew(ctx context.Context, name fencelock.LockName, id fenceloc
 }
 
 // Release ends the grant; the next waiter, if any, is granted in the same
-// entry. Errors: ErrNotHolder, ErrNotLeader, ErrUnavailable, invalid input.
+// entry. Errors: ErrNotHolder, ErrPermissionDenied (another identity's
+// grant), ErrNotLeader, ErrUnavailable, invalid input.
 func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) error {
 	if err := validateGrantRef(name, id, token); err != nil {
 		return err
@@ -290,7 +294,7 @@ func (s *Server) Release(ctx context.Context, name fencelock.LockName, id fencel
 	if err := s.allow(ctx, acl.Lock, name); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
-	res, err := s.Apply(ctx, fsm.Release{Name: name, LeaseID: id, Token: token})
+	res, err := s.Apply(ctx, fsm.Release{Name: name, LeaseID: id, Token: token, Owner: s.owner(ctx)})
 	if err != nil {
 		return err
 	}
