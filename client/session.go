@@ -90,10 +90,20 @@ func (n *sessionNode) open() *stream {
 		}
 		n.mu.Unlock()
 		if errors.Is(st.err, errLeft) {
-			n.closeIdle() // its connection, now that the stream is over
+			n.closeIdleSoon()
 		}
 	}()
 	return st
+}
+
+// closeIdleSoon closes the client's idle connections, among them the one
+// of a stream the client left: now, and twice more over the next second,
+// as the HTTP/2 transport forgets an ended stream a moment after it ends
+// (a connection still missed closes when idle for idleConn).
+func (n *sessionNode) closeIdleSoon() {
+	n.closeIdle()
+	time.AfterFunc(100*time.Millisecond, n.closeIdle)
+	time.AfterFunc(time.Second, n.closeIdle)
 }
 
 // leave closes st, the node's stream, if no call is out on it: a client
