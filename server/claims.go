@@ -281,28 +281,38 @@ func (cs *claims) takeBack(c *claim) {
 		cs.mu.Unlock()
 	}()
 	s := cs.s
+	res, ok := cs.proposeUntilDone(fsm.CancelWait{Name: c.key.name, RequestID: c.key.rid, Owner: c.key.owner}, s.metrics.takeBackRetries.Inc)
+	if ok && res.Err == nil {
+		s.metrics.takenBack.Inc()
+		s.record(Event{Kind: "take-back", Lock: string(c.key.name)})
+		s.log.Debug("took back a request nobody waits for", "lock", c.key.name)
+	}
+}
+
+// proposeUntilDone proposes p until it commits (ok) or this node stops
+// leading or closes, calling retried (if set) before each retry.
+func (cs *claims) proposeUntilDone(p fsm.Payload, retried func()) (fsm.Result, bool) {
+	s := cs.s
 	for backoff := 50 * time.Millisecond; s.ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
-		res, err := s.Apply(ctx, fsm.CancelWait{Name: c.key.name, RequestID: c.key.rid, Owner: c.key.owner})
+		res, err := s.Apply(ctx, p)
 		cancel()
 		switch {
 		case err == nil:
-			if res.Err == nil {
-				s.metrics.takenBack.Inc()
-				s.record(Event{Kind: "take-back", Lock: string(c.key.name)})
-				s.log.Debug("took back a request nobody waits for", "lock", c.key.name)
-			}
-			return
+			return res, true
 		case errors.Is(err, fencelock.ErrNotLeader):
-			return
+			return fsm.Result{}, false
 		}
-		s.metrics.takeBackRetries.Inc()
-		s.log.Warn("taking back a request nobody waits for failed; retrying", "lock", c.key.name, "err", err)
+		if retried != nil {
+			retried()
+		}
+		s.log.Warn("proposing a node's entry failed; retrying", "entry", opName(p), "err", err)
 		select {
 		case <-s.ctx.Done():
 		case <-time.After(backoff):
 		}
 	}
+	return fsm.Result{}, false
 }
 
 // deliver hands grant h to the calls waiting for its request. On a ready
@@ -364,19 +374,7 @@ func (cs *claims) detachGrant(c *claim) {
 		return
 	}
 	defer func() { <-cs.slots }()
-	for backoff := 50 * time.Millisecond; s.ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.ApplyTimeout)
-		_, err := s.Apply(ctx, fsm.Detach{Name: c.key.name, RequestID: c.key.rid, Owner: c.key.owner})
-		cancel()
-		if err == nil || errors.Is(err, fencelock.ErrNotLeader) {
-			return
-		}
-		s.log.Warn("recording a grant nobody waits for failed; retrying", "lock", c.key.name, "err", err)
-		select {
-		case <-s.ctx.Done():
-		case <-time.After(backoff):
-		}
-	}
+	cs.proposeUntilDone(fsm.Detach{Name: c.key.name, RequestID: c.key.rid, Owner: c.key.owner}, nil)
 }
 
 // drop ends the calls waiting for owner's request rid with errDropped, after a
