@@ -62,14 +62,7 @@ func (a *Client) Status(ctx context.Context, addr string) (fencelock.NodeStatus,
 	if err != nil {
 		return fencelock.NodeStatus{}, fmt.Errorf("status of %s: %w", addr, err)
 	}
-	st := fencelock.NodeStatus{ID: m.Id, State: m.State, Ready: m.Ready, LeaderID: m.LeaderId, LeaderAPI: m.LeaderApi, Term: m.Term,
-		CommitIndex: m.CommitIndex, AppliedIndex: m.AppliedIndex, LastLogIndex: m.LastLogIndex,
-		LastSnapshotIndex: m.LastSnapshotIndex, LastContact: m.LastContact.AsDuration(), Version: m.Version,
-		ClusterID: m.ClusterId, Epoch: m.Epoch}
-	for _, mm := range m.Members {
-		st.Members = append(st.Members, fencelock.Member{ID: mm.Id, RaftAddr: mm.RaftAddr, APIAddr: mm.ApiAddr, Voter: mm.Voter, Leader: mm.Leader})
-	}
-	return st, nil
+	return wire.StatusOf(m), nil
 }
 
 // AddMember adds a voter to the cluster (through the leader). apiAddr is

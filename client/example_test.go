@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/server"
 )
@@ -28,9 +29,9 @@ func exampleServer() (string, func()) {
 		panic(err)
 	}
 	_ = s.WaitReady(context.Background())
-	api, _ := net.Listen("tcp", "127.0.0.1:0")
-	go server.HTTPServer(s.Handler()).Serve(api) // HTTP/2 without TLS, as the client speaks
-	return api.Addr().String(), func() { api.Close(); s.Close(); os.RemoveAll(dir) }
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go api.HTTPServer(api.Handler(s)).Serve(ln) // HTTP/2 without TLS, as the client speaks
+	return ln.Addr().String(), func() { ln.Close(); s.Close(); os.RemoveAll(dir) }
 }
 
 func Example() {

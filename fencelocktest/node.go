@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/server"
 )
@@ -42,7 +43,7 @@ func StartNode(tb testing.TB, configure ...func(*server.Config)) *Node {
 	if err != nil {
 		tb.Fatalf("start a test node: %v", err)
 	}
-	addr := testproc.ServeH2C(tb, s.Handler())
+	addr := testproc.ServeH2C(tb, api.Handler(s))
 	tb.Cleanup(func() { s.Close() }) // before the listener: it ends the calls that wait
 	if err := s.WaitReady(ctx); err != nil {
 		tb.Fatalf("start a test node: %v", err)

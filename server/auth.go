@@ -23,12 +23,12 @@ func (s *Server) owner(ctx context.Context) string {
 	return acl.IdentityOf(ctx)
 }
 
-// requireAdmin checks a caller of an admin-only surface (backups, signing
+// RequireAdmin checks a caller of an admin-only surface (backups, signing
 // keys, the audit trail, Raft addresses, profiles), whose network address
 // is peer: with an ACL it needs admin (the admin token counts); with only
 // an admin token, that token; with neither, it must call from this machine
 // (a loopback address). Errors: ErrUnauthenticated, ErrPermissionDenied.
-func (s *Server) requireAdmin(ctx context.Context, peer string) error {
+func (s *Server) RequireAdmin(ctx context.Context, peer string) error {
 	switch {
 	case s.acl.Active():
 		return s.allow(ctx, acl.Admin, "")

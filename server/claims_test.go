@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -42,5 +43,24 @@ func TestClaims_FallDueInOrderAsLastArmed(t *testing.T) {
 	cs.detach(held, time.Second, true)
 	if c, _ := cs.nextDue(time.Now().Add(2 * time.Second)); c == nil || c.key.name != "c" {
 		t.Fatalf("after its call left: %+v due, want c", c)
+	}
+}
+
+// TestAcquire_GrantToACallerGoneIsHandedBack: a call whose stream broke
+// but whose context has not ended yet (the API's Session stream ends its calls a
+// few at a time) is not handed a grant: the grant is taken back with the
+// request, and the lock does not stay held by nobody.
+func TestAcquire_GrantToACallerGoneIsHandedBack(t *testing.T) {
+	s := openInProcess(t)
+	req := AcquireRequest{Name: "l", TTL: time.Minute, RequestID: "r", Gone: func() bool { return true }}
+	if g, err := s.Acquire(context.Background(), req); err == nil {
+		t.Fatalf("a caller that is gone was handed grant %+v", g)
+	}
+	deadline := time.Now().Add(callGrace + 5*time.Second)
+	for s.fsm.Holds("l", "r", "") {
+		if time.Now().After(deadline) {
+			t.Fatal("the grant made for a caller that is gone is still held after the grace")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

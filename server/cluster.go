@@ -4,22 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/buildinfo"
-	"github.com/fencelock/fencelock/internal/wire"
-	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
-	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 )
+
+// Peers reaches other nodes' APIs (Config.Peers).
+type Peers interface {
+	// Status asks the node at api (host:port) for its status.
+	Status(ctx context.Context, api string) (fencelock.NodeStatus, error)
+	// AddMember asks the node at api, the leader, to add m as a voter,
+	// or to record m's API address if m is one already.
+	AddMember(ctx context.Context, api string, m fencelock.Member) error
+}
 
 // peerAddrs is a raft.ServerAddressProvider that overrides peers' addresses
 // by node id; unknown ids fall back to the configured address.
@@ -75,10 +79,11 @@ func (s *Server) registerLoop() {
 		if leaderID == "" || leaderAPI == "" {
 			continue
 		}
+		if s.cfg.Peers == nil {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(s.ctx, 2*time.Second)
-		c := s.peerAPI(leaderAPI)
-		_, err := c.AddMember(ctx, wire.WithAdminToken(connect.NewRequest(&fencelockv1.AddMemberRequest{
-			Id: s.cfg.NodeID, RaftAddr: s.cfg.RaftAddr, ApiAddr: s.cfg.APIAddr}), s.cfg.AdminToken))
+		err := s.cfg.Peers.AddMember(ctx, leaderAPI, fencelock.Member{ID: s.cfg.NodeID, RaftAddr: s.cfg.RaftAddr, APIAddr: s.cfg.APIAddr})
 		cancel()
 		if err != nil {
 			s.log.Debug("register API address with the leader failed", "leader", leaderID, "err", err)
@@ -162,8 +167,8 @@ func (s *Server) AddMember(ctx context.Context, id, raftAddr, apiAddr string) er
 	if !present {
 		voters, healthy := 1, 0 // the new voter
 		st, err := s.statusOf(ctx, apiAddr)
-		if err == nil && st.Id != id {
-			err = fmt.Errorf("it answers as %q", st.Id)
+		if err == nil && st.ID != id {
+			err = fmt.Errorf("it answers as %q", st.ID)
 		}
 		if err == nil {
 			healthy++
@@ -251,6 +256,7 @@ func (s *Server) RemoveMember(ctx context.Context, id string) error {
 			s.log.Warn("forget removed member's API address failed", "id", id, "err", err)
 		}
 	}
+	s.record(Event{Kind: "membership", Identity: acl.IdentityOf(ctx), Detail: "remove " + id})
 	s.log.Info("member removed", "id", id)
 	return nil
 }
@@ -265,23 +271,21 @@ func (s *Server) follows(ctx context.Context, m fencelock.Member) bool {
 		return true
 	}
 	st, err := s.statusOf(ctx, m.APIAddr)
-	return err == nil && st.Id == m.ID && st.LeaderId == s.cfg.NodeID &&
-		strings.EqualFold(st.State, raft.Follower.String()) && st.LastContact.AsDuration() <= s.cfg.HeartbeatTimeout
+	return err == nil && st.ID == m.ID && st.LeaderID == s.cfg.NodeID &&
+		strings.EqualFold(st.State, raft.Follower.String()) && st.LastContact <= s.cfg.HeartbeatTimeout
 }
 
 // statusOf asks the node at api for its status, waiting at most a second.
-func (s *Server) statusOf(ctx context.Context, api string) (*fencelockv1.StatusResponse, error) {
-	if api == "" {
-		return nil, errors.New("no API address recorded")
+func (s *Server) statusOf(ctx context.Context, api string) (fencelock.NodeStatus, error) {
+	switch {
+	case api == "":
+		return fencelock.NodeStatus{}, errors.New("no API address recorded")
+	case s.cfg.Peers == nil:
+		return fencelock.NodeStatus{}, errors.New("this node reaches no peers (Config.Peers)")
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	c := s.peerAPI(api)
-	resp, err := c.Status(ctx, connect.NewRequest(&fencelockv1.StatusRequest{}))
-	if err != nil {
-		return nil, err
-	}
-	return resp.Msg, nil
+	return s.cfg.Peers.Status(ctx, api)
 }
 
 // TransferLeader hands leadership to member id, or to any up-to-date
@@ -314,6 +318,7 @@ func (s *Server) TransferLeader(ctx context.Context, id string) (string, error) 
 	}
 	for ctx.Err() == nil {
 		if _, lid := s.raft.LeaderWithID(); lid != "" && string(lid) != s.cfg.NodeID {
+			s.record(Event{Kind: "membership", Identity: acl.IdentityOf(ctx), Detail: "leadership to " + string(lid)})
 			return string(lid), nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -328,16 +333,4 @@ func (s *Server) raftErr(what string, err error) error {
 	// ErrLeadershipLost: the change was appended and may have taken
 	// effect; its outcome is unknown (ErrUnavailable), not refused.
 	return fmt.Errorf("%s: %v: %w", what, err, fencelock.ErrUnavailable)
-}
-
-// peerAPI is a client of another node's ClusterService at api: HTTPS with
-// APITLS when set.
-func (s *Server) peerAPI(api string) fencelockv1connect.ClusterServiceClient {
-	if s.cfg.APITLS == nil {
-		return fencelockv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+api)
-	}
-	s.peerHTTPOnce.Do(func() {
-		s.peerHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: s.cfg.APITLS, ForceAttemptHTTP2: true}}
-	})
-	return fencelockv1connect.NewClusterServiceClient(s.peerHTTP, "https://"+api)
 }

@@ -37,9 +37,12 @@ type Config struct {
 	// ACL, if set, authenticates callers and grants them permissions on
 	// lock-name prefixes (ParseACL); nil lets everyone do everything.
 	ACL *acl.ACL
-	// APITLS, if set, is the client configuration of this node's calls to
-	// other nodes' APIs, which are then HTTPS (the nodes serve TLS).
-	APITLS *tls.Config
+	// Peers reaches the other nodes' APIs: a leader asks a node for its
+	// status before it counts it toward a quorum (AddMember, RemoveMember),
+	// and a follower asks the leader to record its API address. api.Peers
+	// is the implementation; nil reaches nobody, so every status probe
+	// fails.
+	Peers Peers
 
 	// Bootstrap lists the voters of a new cluster (this node among them).
 	// Empty means a one-node group of this node alone. Ignored when the data

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -63,3 +65,27 @@ func (e *events) recent() []Event {
 // Grants are recorded by every node as it applies them; releases,
 // expiries, take-backs and refusals by the node that served them.
 func (s *Server) Events() []Event { return s.events.recent() }
+
+// Refused counts a request of method refused with err, by method and error
+// code (fencelock_rejected_requests_total), and records it as an event. A
+// call whose caller went away (code "canceled") is counted, but it is not
+// a refusal and makes no event; neither is not_leader.
+func (s *Server) Refused(method string, err error) {
+	code := fencelock.Code(err)
+	switch {
+	case code != "":
+	case errors.Is(err, context.Canceled):
+		code = "canceled"
+	default:
+		code = "other"
+	}
+	s.metrics.rejected.WithLabelValues(method, code).Inc()
+	if code != fencelock.CodeNotLeader && code != "canceled" {
+		ev := Event{Kind: "refusal", Detail: method + ": " + code}
+		var held *fencelock.LockHeldError
+		if errors.As(err, &held) {
+			ev.Lock, ev.Token, ev.Holder = string(held.Name), held.Token, held.Holder
+		}
+		s.record(ev)
+	}
+}

@@ -32,20 +32,19 @@ func TestEvents_KeepTheNewestBounded(t *testing.T) {
 	}
 }
 
-// TestCount_CallerGoneIsNoRefusal: a call whose caller went away is counted
+// TestRefused_CallerGoneIsNoRefusal: a call whose caller went away is counted
 // by its own code and makes no event; a refusal makes one.
-func TestCount_CallerGoneIsNoRefusal(t *testing.T) {
+func TestRefused_CallerGoneIsNoRefusal(t *testing.T) {
 	s := openInProcess(t)
-	a := (*api)(s)
 	before := len(s.events.recent())
-	a.count("Acquire", fmt.Errorf("acquire %q: %w", "x", context.Canceled))
+	s.Refused("Acquire", fmt.Errorf("acquire %q: %w", "x", context.Canceled))
 	if got := testutil.ToFloat64(s.metrics.rejected.WithLabelValues("Acquire", "canceled")); got != 1 {
 		t.Errorf("rejected{Acquire,canceled} = %v, want 1", got)
 	}
 	if got := len(s.events.recent()); got != before {
 		t.Errorf("a call whose caller left made %d events", got-before)
 	}
-	a.count("Acquire", fmt.Errorf("bad: %w", fencelock.ErrInvalidArgument))
+	s.Refused("Acquire", fmt.Errorf("bad: %w", fencelock.ErrInvalidArgument))
 	if got := s.events.recent(); len(got) != before+1 || got[0].Kind != "refusal" {
 		t.Errorf("a refusal made events %+v, want one refusal", got)
 	}

@@ -74,23 +74,66 @@ func (s *Server) ensureIdentity() {
 // adds one, published by Keys but not signing yet, so that resources can
 // trust it first; with one, the pending key starts signing, the key that
 // signed stays valid, and older ones are dropped.
-func (s *Server) RotateKey(ctx context.Context) (fsm.Identity, error) {
+func (s *Server) RotateKey(ctx context.Context) (KeySet, error) {
 	if len(s.fsm.Identity().Keys) == 0 {
-		return fsm.Identity{}, fmt.Errorf("rotate key: the cluster has no signing key yet: %w", fencelock.ErrUnavailable)
+		return KeySet{}, fmt.Errorf("rotate key: the cluster has no signing key yet: %w", fencelock.ErrUnavailable)
 	}
 	keyID, seed := newKey()
 	if _, err := s.Apply(ctx, fsm.RotateKey{KeyID: keyID, Seed: seed}); err != nil {
-		return fsm.Identity{}, err
+		return KeySet{}, err
 	}
-	return s.fsm.Identity(), nil
+	return s.Keys(), nil
 }
 
-// sequence returns the sequencer of a grant or renewal, and the cluster
+// KeySet is the cluster's identity as resources see it: its id, its token
+// epoch and its public signing keys, oldest first.
+type KeySet struct {
+	ClusterID string
+	Epoch     uint64
+	Keys      []PublicKey
+}
+
+// PublicKey is one of the cluster's signing keys. Role is "signing" (the
+// key that signs), "valid" (still trusted) or "pending" (published, not
+// signing yet).
+type PublicKey struct {
+	ID     string
+	Public ed25519.PublicKey
+	Added  time.Time
+	Role   string
+}
+
+// Keys returns the cluster's id, epoch and public keys as this node has
+// applied them.
+func (s *Server) Keys() KeySet {
+	id := s.fsm.Identity()
+	ks := KeySet{ClusterID: id.ClusterID, Epoch: id.Epoch}
+	signing := ""
+	for _, k := range id.Keys {
+		if !k.Pending {
+			signing = k.ID
+		}
+	}
+	for _, k := range id.Keys {
+		role := "valid"
+		switch {
+		case k.Pending:
+			role = "pending"
+		case k.ID == signing:
+			role = "signing"
+		}
+		pub := ed25519.NewKeyFromSeed(k.Seed).Public().(ed25519.PublicKey)
+		ks.Keys = append(ks.Keys, PublicKey{ID: k.ID, Public: pub, Added: time.Unix(0, k.Added), Role: role})
+	}
+	return ks
+}
+
+// Sequence returns the sequencer of a grant or renewal, and the cluster
 // id; "" for both before the cluster has a key, or while the node closes.
 // It waits for signSequencers to sign it. Its lease end is the lease
 // table's deadline for the grant (now + ttl if the table has none), never
 // later than the lease really ends.
-func (s *Server) sequence(name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration) (string, string) {
+func (s *Server) Sequence(name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration) (string, string) {
 	sg := s.signers.get(s.fsm)
 	if sg == nil {
 		return "", ""
@@ -173,11 +216,10 @@ func (s *Server) moreToSign(first *signRequest) ([]*signRequest, *signRequest) {
 
 // Verifier returns a sequencer.Verifier that trusts the cluster's keys.
 func (s *Server) Verifier() *sequencer.Verifier {
-	id := s.fsm.Identity()
+	ks := s.Keys()
 	v := &sequencer.Verifier{}
-	for _, k := range id.Keys {
-		pub := ed25519.NewKeyFromSeed(k.Seed).Public().(ed25519.PublicKey)
-		v.Keys = append(v.Keys, sequencer.Key{ClusterID: id.ClusterID, ID: k.ID, Public: pub})
+	for _, k := range ks.Keys {
+		v.Keys = append(v.Keys, sequencer.Key{ClusterID: ks.ClusterID, ID: k.ID, Public: k.Public})
 	}
 	return v
 }

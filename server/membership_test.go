@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/api"
+	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/internal/netproxy"
 	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/server"
@@ -79,12 +81,15 @@ func openMemberNode(t *testing.T, cfg server.Config) *memberNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.Peers == nil {
+		cfg.Peers = api.Peers(nil, cfg.AdminToken)
+	}
 	s, err := server.Open(context.Background(), cfg)
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)
 	}
-	nd := &memberNode{s: s, hs: &http.Server{Handler: s.Handler()}, cfg: cfg}
+	nd := &memberNode{s: s, hs: &http.Server{Handler: api.Handler(s)}, cfg: cfg}
 	go nd.hs.Serve(ln)
 	t.Cleanup(nd.close)
 	return nd
@@ -202,24 +207,13 @@ func TestRemoveMember_VoterCutOffFromRaftDoesNotCount(t *testing.T) {
 // quorum at once; one that does not answer (a mistyped address) would leave
 // a one-node cluster unable to elect a leader, with none left to undo it.
 func TestAddMember_UnreachableVoterIsRefused(t *testing.T) {
-	cfg := server.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.RaftAddr = testproc.FreeAddr(t)
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := server.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := fencelocktest.StartNode(t, func(c *server.Config) { c.Peers = api.Peers(nil, "") }).Server
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if err := s.AddMember(ctx, "noapi", testproc.FreeAddr(t), ""); !errors.Is(err, fencelock.ErrInvalidArgument) {
 		t.Fatalf("add a voter without an API address = %v, want an error wrapping ErrInvalidArgument", err)
 	}
-	err = s.AddMember(ctx, "typo", testproc.FreeAddr(t), testproc.FreeAddr(t))
+	err := s.AddMember(ctx, "typo", testproc.FreeAddr(t), testproc.FreeAddr(t))
 	if !errors.Is(err, fencelock.ErrPreconditionFailed) {
 		t.Fatalf("add an unreachable voter = %v, want an error wrapping ErrPreconditionFailed", err)
 	}

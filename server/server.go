@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/acl"
@@ -46,9 +46,6 @@ type Server struct {
 	acl *acl.ACL
 	// backingUp is set while a Backup runs.
 	backingUp atomic.Bool
-	// peerHTTP carries calls to other nodes' APIs over TLS (APITLS).
-	peerHTTP     *http.Client
-	peerHTTPOnce sync.Once
 	// clock stamps Command.Now.
 	clock *cmdClock
 	// membership serialises membership changes: each checks the quorum the
@@ -81,10 +78,10 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if err := createDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(), clock: newCmdClock(), acl: cfg.ACL}
-	if s.acl == nil {
-		s.acl = &acl.ACL{}
+	if cfg.ACL == nil {
+		cfg.ACL = &acl.ACL{}
 	}
+	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(), clock: newCmdClock(), acl: cfg.ACL}
 	s.claims = newClaims(s)
 	s.toSign = make(chan *signRequest, 4*sequencer.MaxBatch)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -235,6 +232,16 @@ func (s *Server) Close() error {
 	})
 	return err
 }
+
+// Config returns the node's configuration (ACL set: an empty one if
+// Open's had none).
+func (s *Server) Config() Config { return s.cfg }
+
+// Done is closed when the node starts to close.
+func (s *Server) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Gatherer is the node's Prometheus registry, for /metrics.
+func (s *Server) Gatherer() prometheus.Gatherer { return s.metrics.reg }
 
 // Ready reports whether the node is the leader and has re-armed every lease,
 // so it can serve requests.

@@ -30,9 +30,14 @@ type AcquireRequest struct {
 	RequestID string
 	// Holder is a label for humans, shown by Describe.
 	Holder string
-	owner  string      // the caller's identity, with an ACL
-	queued func()      // if set, called when the request waits in the queue
-	gone   func() bool // if set, reports that the caller is gone though ctx has not ended
+	owner  string // the caller's identity, with an ACL
+	// Queued, if set, is called when the request waits in the queue; Gone,
+	// if set, reports that the caller is gone though ctx has not ended (a
+	// broken stream whose calls end a few at a time), and a grant made
+	// meanwhile is not handed over. They are for an adapter that runs many
+	// calls of one caller, as the API's Session stream does.
+	Queued func()
+	Gone   func() bool
 	// KeepPlace: when Wait runs out, the request stays queued for a grace
 	// (callGrace), so that the caller's next Acquire of the same RequestID
 	// resumes its place (a long wait split into calls). Without it, the
@@ -94,13 +99,13 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	}
 	a := acquisition{s: s, req: req, call: cl, grace: callGrace}
 	g, err := a.run(ctx)
-	if err == nil && (ctx.Err() != nil || req.gone != nil && req.gone()) {
+	if err == nil && (ctx.Err() != nil || req.Gone != nil && req.Gone()) {
 		// Nobody to hand the grant to: it is taken back with the request.
 		g, err = fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, ctx.Err())
 	}
 	if err == nil {
 		s.claims.handed(cl)
-		g.Sequencer, g.ClusterID = s.sequence(g.Name, g.Token, g.LeaseID, g.TTL)
+		g.Sequencer, g.ClusterID = s.Sequence(g.Name, g.Token, g.LeaseID, g.TTL)
 	}
 	s.claims.detach(cl, a.grace, a.unknown)
 	return g, err
@@ -150,8 +155,8 @@ func (a *acquisition) run(ctx context.Context) (fencelock.Grant, error) {
 // wait waits for the queued request's grant, the end of req.Wait, or ctx.
 func (a *acquisition) wait(ctx context.Context) (fencelock.Grant, error) {
 	s, req := a.s, a.req
-	if req.queued != nil {
-		req.queued()
+	if req.Queued != nil {
+		req.Queued()
 	}
 	timer := time.NewTimer(req.Wait)
 	defer timer.Stop()

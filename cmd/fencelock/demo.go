@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/server"
 	"github.com/fencelock/fencelock/store"
 )
@@ -127,8 +128,8 @@ func startDemoLockService(ctx context.Context, dir string, log *slog.Logger) (st
 		s.Close()
 		return "", nil, err
 	}
-	hs := server.HTTPServer(s.Handler())
-	go hs.Serve(server.BufferReads(ln))
+	hs := api.HTTPServer(api.Handler(s))
+	go hs.Serve(api.BufferReads(ln))
 	return ln.Addr().String(), func() { hs.Close(); s.Close() }, nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/admin"
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/server"
 )
@@ -50,7 +51,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	apiTLS, err := applyTLS(&cfg, &tf, *listen)
+	apiTLS, nodeTLS, err := applyTLS(&cfg, &tf, *listen)
 	if err != nil {
 		return err
 	}
@@ -95,45 +96,46 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("--join and --bootstrap exclude each other: bootstrap a new cluster, or join one")
 	}
 	cfg.Join = *join != ""
-	return serveNode(ctx, cfg, serveOpts{listen: *listen, advertise: *advertise, join: *join, tls: apiTLS})
+	return serveNode(ctx, cfg, serveOpts{listen: *listen, advertise: *advertise, join: *join, tls: apiTLS, nodeTLS: nodeTLS})
 }
 
-// applyTLS sets the node's Raft and peer-API TLS and its ACL from the flags, refuses
+// applyTLS sets the node's Raft TLS and its ACL from the flags, refuses
 // unprotected addresses beyond loopback, and returns the API listener's
-// TLS configuration (nil: plain HTTP).
-func applyTLS(cfg *server.Config, tf *tlsFlags, listen string) (*tls.Config, error) {
-	apiTLS, err := tf.server()
-	if err != nil {
-		return nil, err
+// TLS configuration and that of the node's calls to other nodes' APIs
+// (nil: plain HTTP).
+func applyTLS(cfg *server.Config, tf *tlsFlags, listen string) (apiTLS, nodeTLS *tls.Config, err error) {
+	if apiTLS, err = tf.server(); err != nil {
+		return nil, nil, err
 	}
 	if cfg.PeerTLS, err = tf.peer(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if tf.peerAllowed != "" {
 		if cfg.PeerTLS == nil {
-			return nil, usageErr("--peer-allowed-names needs --peer-cert-file, --peer-key-file and --peer-trusted-ca-file")
+			return nil, nil, usageErr("--peer-allowed-names needs --peer-cert-file, --peer-key-file and --peer-trusted-ca-file")
 		}
 		cfg.PeerAllowedNames = strings.Split(tf.peerAllowed, ",")
 	}
-	if cfg.APITLS, err = tf.nodeClient(); err != nil {
-		return nil, usageErr("%v", err)
+	if nodeTLS, err = tf.nodeClient(); err != nil {
+		return nil, nil, usageErr("%v", err)
 	}
 	if cfg.ACL, err = tf.acl(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := tf.exposed("--listen", listen, apiTLS != nil && (tf.clientCertAuth || cfg.ACL != nil)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := tf.exposed("--raft-addr", cfg.RaftAddr, cfg.PeerTLS != nil); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return apiTLS, nil
+	return apiTLS, nodeTLS, nil
 }
 
 // serveOpts are the flags of serve that are not the node's Config.
 type serveOpts struct {
 	listen, advertise, join string
 	tls                     *tls.Config // the API's; nil: plain HTTP (h2c)
+	nodeTLS                 *tls.Config // of this node's calls to other nodes' APIs; nil: plain HTTP
 }
 
 // serveNode runs the node of cfg on its API address until ctx ends. On the
@@ -149,6 +151,7 @@ func serveNode(ctx context.Context, cfg server.Config, o serveOpts) error {
 	if cfg.APIAddr == "" {
 		cfg.APIAddr = ln.Addr().String()
 	}
+	cfg.Peers = api.Peers(o.nodeTLS, cfg.AdminToken)
 	s, err := server.Open(ctx, cfg)
 	if err != nil {
 		ln.Close()
@@ -156,8 +159,8 @@ func serveNode(ctx context.Context, cfg server.Config, o serveOpts) error {
 	}
 	defer s.Close()
 
-	hs := server.HTTPServer(s.Handler())
-	ln = server.BufferReads(ln)
+	hs := api.HTTPServer(api.Handler(s))
+	ln = api.BufferReads(ln)
 	serveErr := make(chan error, 1)
 	if o.tls != nil {
 		hs.TLSConfig = o.tls
@@ -171,7 +174,7 @@ func serveNode(ctx context.Context, cfg server.Config, o serveOpts) error {
 	}
 
 	if cfg.Join {
-		if err := joinCluster(ctx, o.join, cfg); err != nil {
+		if err := joinCluster(ctx, o.join, cfg, o.nodeTLS); err != nil {
 			return err
 		}
 		log.Info("joined cluster", "via", o.join)
@@ -218,10 +221,10 @@ func parsePairs(s, flagName string) ([][2]string, error) {
 
 // joinCluster asks the cluster, through any of the given members, to add
 // this node as a voter, retrying until it succeeds or ctx ends.
-func joinCluster(ctx context.Context, via string, cfg server.Config) error {
+func joinCluster(ctx context.Context, via string, cfg server.Config, nodeTLS *tls.Config) error {
 	ccfg := client.DefaultConfig(strings.Split(via, ",")...)
 	ccfg.Logger = cfg.Logger
-	ccfg.TLS = cfg.APITLS
+	ccfg.TLS = nodeTLS
 	c, err := client.NewFromConfig(ccfg)
 	if err != nil {
 		return err

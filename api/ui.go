@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"embed"
@@ -9,6 +9,7 @@ import (
 	"net/http/pprof"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/server"
 )
 
 //go:embed ui
@@ -17,7 +18,7 @@ var uiFiles embed.FS
 // uiHandler serves the dashboard: the static page under /ui/ (embedded, no
 // external assets) and /ui/events, the node's recent events as JSON. The
 // page reads everything else from the node's JSON API.
-func (s *Server) uiHandler() http.Handler {
+func uiHandler(s *server.Server) http.Handler {
 	static, err := fs.Sub(uiFiles, "ui")
 	if err != nil {
 		panic(err) // the embedded tree is part of the binary
@@ -25,7 +26,7 @@ func (s *Server) uiHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /ui/", http.StripPrefix("/ui/", http.FileServerFS(static)))
 	mux.HandleFunc("GET /ui/events", func(w http.ResponseWriter, r *http.Request) {
-		if !s.adminOnly(w, r) { // the audit trail
+		if !adminOnly(s, w, r) { // the audit trail
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -37,9 +38,9 @@ func (s *Server) uiHandler() http.Handler {
 }
 
 // adminOnly answers a request of an HTTP admin-only surface that
-// requireAdmin refuses (401 or 403) and reports whether it may go on.
-func (s *Server) adminOnly(w http.ResponseWriter, r *http.Request) bool {
-	err := s.requireAdmin(r.Context(), r.RemoteAddr)
+// RequireAdmin refuses (401 or 403) and reports whether it may go on.
+func adminOnly(s *server.Server, w http.ResponseWriter, r *http.Request) bool {
+	err := s.RequireAdmin(r.Context(), r.RemoteAddr)
 	switch {
 	case err == nil:
 		return true
@@ -52,14 +53,14 @@ func (s *Server) adminOnly(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // profiles serves Go's profiles under /debug/pprof/ to admins only.
-func (s *Server) profiles() http.Handler {
+func profiles(s *server.Server) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.adminOnly(w, r) {
+		if adminOnly(s, w, r) {
 			mux.ServeHTTP(w, r)
 		}
 	})

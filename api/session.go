@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -7,12 +7,14 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/server"
 )
 
 // maxSessionCalls bounds the calls one Session stream runs (or has answers
@@ -40,12 +42,22 @@ const maxResults = 256
 // stream breaks. Results that are ready together go out in one message. A
 // stream the client closes cleanly (io.EOF) still gets the answers of its
 // calls under way.
-func (a *api) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
+func (a *lockAPI) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
+	return serveSession(ctx, a.s, st)
+}
+
+// serveSession runs stream st's calls on n (lockAPI.Session).
+func serveSession(ctx context.Context, n node, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := context.AfterFunc(a.ctx, cancel) // the node closes: the stream ends
-	defer stop()
-	ss := &session{a: a, out: make(chan *fencelockv1.Result, 2*maxSessionCalls), pong: make(chan struct{}, 1), calls: make(map[uint64]*running),
+	go func() { // the node closes: the stream ends
+		select {
+		case <-n.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	ss := &session{n: n, out: make(chan *fencelockv1.Result, 2*maxSessionCalls), pong: make(chan struct{}, 1), calls: make(map[uint64]*running),
 		proposing: make(chan struct{}, maxProposing), stream: ctx, base: context.WithoutCancel(ctx)}
 	written := make(chan struct{})
 	go func() {
@@ -107,9 +119,20 @@ func (ss *session) end(ctx context.Context) {
 	<-all
 }
 
+// node is what a Session stream runs its calls on: *server.Server.
+type node interface {
+	Acquire(ctx context.Context, req server.AcquireRequest) (fencelock.Grant, error)
+	Renew(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) (time.Duration, error)
+	Sequence(name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration) (string, string)
+	Release(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) error
+	CancelWait(ctx context.Context, name fencelock.LockName, rid string) error
+	Refused(method string, err error)
+	Done() <-chan struct{}
+}
+
 // session is one Session stream's calls.
 type session struct {
-	a    *api
+	n    node
 	out  chan *fencelockv1.Result // answers to send
 	pong chan struct{}            // buffered: a ping waits for its answer
 	wg   sync.WaitGroup           // calls running
@@ -196,11 +219,11 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 	switch {
 	case dup:
 		free()
-		ss.out <- ss.a.failed(c.Id, "Session", fmt.Errorf("call id %d is running on this stream: %w", c.Id, fencelock.ErrInvalidArgument))
+		ss.out <- failed(ss.n, c.Id, "Session", fmt.Errorf("call id %d is running on this stream: %w", c.Id, fencelock.ErrInvalidArgument))
 		return nil
 	case ss.active > maxSessionCalls:
 		free()
-		ss.out <- ss.a.failed(c.Id, "Session", fmt.Errorf("more than %d calls on one stream: %w", maxSessionCalls, fencelock.ErrTooLarge))
+		ss.out <- failed(ss.n, c.Id, "Session", fmt.Errorf("more than %d calls on one stream: %w", maxSessionCalls, fencelock.ErrTooLarge))
 		return nil
 	}
 	cctx, cancel := context.WithCancel(ss.base)
@@ -210,7 +233,7 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 	go func() {
 		defer ss.wg.Done()
 		defer close(rn.done)
-		r := ss.a.run(cctx, c, free, ss.gone)
+		r := run(cctx, ss.n, c, free, ss.gone)
 		free()
 		cancel()
 		ss.mu.Lock()
@@ -272,44 +295,43 @@ func (ss *session) more(resp *fencelockv1.SessionResponse) {
 // run runs one call as its unary method would; queued is called if an
 // Acquire's request waits in the queue, and gone reports that its caller
 // is gone.
-func (a *api) run(ctx context.Context, c *fencelockv1.Call, queued func(), gone func() bool) *fencelockv1.Result {
-	s := (*Server)(a)
+func run(ctx context.Context, s node, c *fencelockv1.Call, queued func(), gone func() bool) *fencelockv1.Result {
 	r := &fencelockv1.Result{Id: c.Id}
 	switch op := c.Op.(type) {
 	case *fencelockv1.Call_Acquire:
 		req := acquireRequest(op.Acquire)
-		req.queued, req.gone = queued, gone
+		req.Queued, req.Gone = queued, gone
 		g, err := s.Acquire(ctx, req)
 		if err != nil {
-			return a.failed(c.Id, "Acquire", err)
+			return failed(s, c.Id, "Acquire", err)
 		}
 		r.Result = &fencelockv1.Result_Acquire{Acquire: acquireResponse(g)}
 	case *fencelockv1.Call_Renew:
-		resp, err := s.renew(ctx, op.Renew)
+		resp, err := renew(ctx, s, op.Renew)
 		if err != nil {
-			return a.failed(c.Id, "Renew", err)
+			return failed(s, c.Id, "Renew", err)
 		}
 		r.Result = &fencelockv1.Result_Renew{Renew: resp}
 	case *fencelockv1.Call_Release:
 		m := op.Release
 		if err := s.Release(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {
-			return a.failed(c.Id, "Release", err)
+			return failed(s, c.Id, "Release", err)
 		}
 		r.Result = &fencelockv1.Result_Release{Release: &fencelockv1.ReleaseResponse{}}
 	case *fencelockv1.Call_CancelWait:
 		if err := s.CancelWait(ctx, fencelock.LockName(op.CancelWait.Name), op.CancelWait.RequestId); err != nil {
-			return a.failed(c.Id, "CancelWait", err)
+			return failed(s, c.Id, "CancelWait", err)
 		}
 		r.Result = &fencelockv1.Result_CancelWait{CancelWait: &fencelockv1.CancelWaitResponse{}}
 	default:
-		return a.failed(c.Id, "Session", fmt.Errorf("call %d has no operation: %w", c.Id, fencelock.ErrInvalidArgument))
+		return failed(s, c.Id, "Session", fmt.Errorf("call %d has no operation: %w", c.Id, fencelock.ErrInvalidArgument))
 	}
 	return r
 }
 
 // failed is the result of call id that failed with err, counted as a
 // refusal of method.
-func (a *api) failed(id uint64, method string, err error) *fencelockv1.Result {
-	a.count(method, err)
+func failed(s node, id uint64, method string, err error) *fencelockv1.Result {
+	s.Refused(method, err)
 	return &fencelockv1.Result{Id: id, Result: &fencelockv1.Result_Error{Error: wire.ToStatus(err)}}
 }

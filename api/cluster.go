@@ -1,53 +1,41 @@
-package server
+package api
 
 import (
 	"context"
-	"crypto/ed25519"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/fencelock/fencelock/acl"
-	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+	"github.com/fencelock/fencelock/server"
 )
 
-// clusterAPI adapts Server to the generated ClusterService interface.
-type clusterAPI Server
+// clusterAPI adapts the node to the generated ClusterService interface.
+type clusterAPI struct{ s *server.Server }
 
 var _ fencelockv1connect.ClusterServiceHandler = (*clusterAPI)(nil)
 
 func (a *clusterAPI) Status(ctx context.Context, req *connect.Request[fencelockv1.StatusRequest]) (*connect.Response[fencelockv1.StatusResponse], error) {
-	st, err := (*Server)(a).Status()
+	st, err := a.s.Status()
 	if err != nil {
-		return nil, (*api)(a).fail("Status", err)
+		return nil, fail(a.s, "Status", err)
 	}
-	resp := &fencelockv1.StatusResponse{
-		Id: st.ID, State: st.State, LeaderId: st.LeaderID, LeaderApi: st.LeaderAPI, Term: st.Term,
-		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, LastLogIndex: st.LastLogIndex,
-		LastSnapshotIndex: st.LastSnapshotIndex, LastContact: durationpb.New(st.LastContact), Ready: st.Ready,
-		Version: st.Version, ClusterId: st.ClusterID, Epoch: st.Epoch,
-	}
-	hideRaft := (*Server)(a).requireAdmin(ctx, req.Peer().Addr) != nil // Raft addresses are for admins
-	for _, m := range st.Members {
-		raftAddr := m.RaftAddr
-		if hideRaft {
-			raftAddr = ""
+	if a.s.RequireAdmin(ctx, req.Peer().Addr) != nil { // Raft addresses are for admins
+		for i := range st.Members {
+			st.Members[i].RaftAddr = ""
 		}
-		resp.Members = append(resp.Members, &fencelockv1.Member{Id: m.ID, RaftAddr: raftAddr, ApiAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader})
 	}
-	return connect.NewResponse(resp), nil
+	return connect.NewResponse(wire.StatusMsg(st)), nil
 }
 
 // authorize checks a membership change: without an ACL or an admin token
 // it is open (serve warns at start when the API listens beyond loopback);
 // otherwise as requireAdmin.
 func (a *clusterAPI) authorize(ctx context.Context, method string, req connect.AnyRequest) error {
-	if !a.acl.Active() && a.cfg.AdminToken == "" {
+	if cfg := a.s.Config(); !cfg.ACL.Active() && cfg.AdminToken == "" {
 		return nil
 	}
 	return a.authorizeSecret(ctx, method, req)
@@ -55,8 +43,8 @@ func (a *clusterAPI) authorize(ctx context.Context, method string, req connect.A
 
 // authorizeSecret checks a call of an admin-only surface (requireAdmin).
 func (a *clusterAPI) authorizeSecret(ctx context.Context, method string, req connect.AnyRequest) error {
-	if err := (*Server)(a).requireAdmin(ctx, req.Peer().Addr); err != nil {
-		return (*api)(a).fail(method, fmt.Errorf("%s: %w", method, err))
+	if err := a.s.RequireAdmin(ctx, req.Peer().Addr); err != nil {
+		return fail(a.s, method, fmt.Errorf("%s: %w", method, err))
 	}
 	return nil
 }
@@ -66,8 +54,8 @@ func (a *clusterAPI) AddMember(ctx context.Context, req *connect.Request[fencelo
 		return nil, err
 	}
 	m := req.Msg
-	if err := (*Server)(a).AddMember(ctx, m.Id, m.RaftAddr, m.ApiAddr); err != nil {
-		return nil, (*api)(a).fail("AddMember", err)
+	if err := a.s.AddMember(ctx, m.Id, m.RaftAddr, m.ApiAddr); err != nil {
+		return nil, fail(a.s, "AddMember", err)
 	}
 	return connect.NewResponse(&fencelockv1.AddMemberResponse{}), nil
 }
@@ -76,10 +64,9 @@ func (a *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[fenc
 	if err := a.authorize(ctx, "RemoveMember", req); err != nil {
 		return nil, err
 	}
-	if err := (*Server)(a).RemoveMember(ctx, req.Msg.Id); err != nil {
-		return nil, (*api)(a).fail("RemoveMember", err)
+	if err := a.s.RemoveMember(ctx, req.Msg.Id); err != nil {
+		return nil, fail(a.s, "RemoveMember", err)
 	}
-	(*Server)(a).record(Event{Kind: "membership", Identity: acl.IdentityOf(ctx), Detail: "remove " + req.Msg.Id})
 	return connect.NewResponse(&fencelockv1.RemoveMemberResponse{}), nil
 }
 
@@ -87,47 +74,32 @@ func (a *clusterAPI) TransferLeader(ctx context.Context, req *connect.Request[fe
 	if err := a.authorize(ctx, "TransferLeader", req); err != nil {
 		return nil, err
 	}
-	id, err := (*Server)(a).TransferLeader(ctx, req.Msg.Id)
+	id, err := a.s.TransferLeader(ctx, req.Msg.Id)
 	if err != nil {
-		return nil, (*api)(a).fail("TransferLeader", err)
+		return nil, fail(a.s, "TransferLeader", err)
 	}
-	(*Server)(a).record(Event{Kind: "membership", Identity: acl.IdentityOf(ctx), Detail: "leadership to " + id})
 	return connect.NewResponse(&fencelockv1.TransferLeaderResponse{LeaderId: id}), nil
 }
 
-func keysResponse(id fsm.Identity) *fencelockv1.KeysResponse {
-	resp := &fencelockv1.KeysResponse{ClusterId: id.ClusterID, Epoch: id.Epoch}
-	signing := ""
-	for _, k := range id.Keys {
-		if !k.Pending {
-			signing = k.ID
-		}
-	}
-	for _, k := range id.Keys {
-		pub := ed25519.NewKeyFromSeed(k.Seed).Public().(ed25519.PublicKey)
-		role := "valid"
-		switch {
-		case k.Pending:
-			role = "pending"
-		case k.ID == signing:
-			role = "signing"
-		}
-		resp.Keys = append(resp.Keys, &fencelockv1.PublicKey{Id: k.ID, Public: pub, Added: timestamppb.New(time.Unix(0, k.Added)), Role: role})
+func keysResponse(ks server.KeySet) *fencelockv1.KeysResponse {
+	resp := &fencelockv1.KeysResponse{ClusterId: ks.ClusterID, Epoch: ks.Epoch}
+	for _, k := range ks.Keys {
+		resp.Keys = append(resp.Keys, &fencelockv1.PublicKey{Id: k.ID, Public: k.Public, Added: timestamppb.New(k.Added), Role: k.Role})
 	}
 	return resp
 }
 
 func (a *clusterAPI) Keys(context.Context, *connect.Request[fencelockv1.KeysRequest]) (*connect.Response[fencelockv1.KeysResponse], error) {
-	return connect.NewResponse(keysResponse(a.fsm.Identity())), nil
+	return connect.NewResponse(keysResponse(a.s.Keys())), nil
 }
 
 func (a *clusterAPI) RotateKey(ctx context.Context, req *connect.Request[fencelockv1.RotateKeyRequest]) (*connect.Response[fencelockv1.KeysResponse], error) {
 	if err := a.authorizeSecret(ctx, "RotateKey", req); err != nil {
 		return nil, err
 	}
-	id, err := (*Server)(a).RotateKey(ctx)
+	id, err := a.s.RotateKey(ctx)
 	if err != nil {
-		return nil, (*api)(a).fail("RotateKey", err)
+		return nil, fail(a.s, "RotateKey", err)
 	}
 	return connect.NewResponse(keysResponse(id)), nil
 }
@@ -139,9 +111,9 @@ func (a *clusterAPI) Backup(ctx context.Context, req *connect.Request[fencelockv
 	if err := a.authorizeSecret(ctx, "Backup", req); err != nil {
 		return err
 	}
-	b, err := (*Server)(a).Backup(ctx)
+	b, err := a.s.Backup(ctx)
 	if err != nil {
-		return (*api)(a).fail("Backup", err)
+		return fail(a.s, "Backup", err)
 	}
 	size := uint64(len(b))
 	for first := true; first || len(b) > 0; first = false {

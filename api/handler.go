@@ -1,9 +1,13 @@
-package server
+// Package api serves a fencelock node (server.Server) on the network: the
+// Connect API (unary calls and the Session stream, gRPC, gRPC-Web and
+// JSON), the dashboard, /metrics and health, and the client of other
+// nodes' APIs a node needs (Peers). It holds no lock semantics: each call
+// runs the node's operation of the same name.
+package api
 
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
 	"math"
 	"net"
@@ -19,34 +23,37 @@ import (
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+	"github.com/fencelock/fencelock/server"
 )
 
 // maxMessageBytes bounds a request message; every field has a smaller limit.
 const maxMessageBytes = wire.MaxRequestBytes
 
-// Handler returns the node's HTTP handler: the Connect API (gRPC, gRPC-Web
-// and JSON), the dashboard at /ui/, /metrics, /healthz (the process is up), /readyz (the node is a
-// ready leader, or a follower in sync with one: InSync) and /readyz?leader
-// (the node is a ready leader), and with Config.Profiling Go's profiles
-// under /debug/pprof/ (admin-only, as requireAdmin). Serve it with
+// Handler returns node s's HTTP handler: the Connect API (gRPC, gRPC-Web
+// and JSON), the dashboard at /ui/, /metrics, /healthz (the process is
+// up), /readyz (the node is a ready leader, or a follower in sync with
+// one: server.Server.InSync) and /readyz?leader (the node is a ready
+// leader), and with server.Config.Profiling Go's profiles under
+// /debug/pprof/ (admin-only, as server.Server.RequireAdmin). Serve it with
 // HTTPServer, or with HTTP/2 enabled.
-func (s *Server) Handler() http.Handler {
+func Handler(s *server.Server) http.Handler {
+	cfg := s.Config()
 	mux := http.NewServeMux()
 	// The node sends nothing compressed, whatever the client accepts: a
 	// Session answer of many renewals is large, its signed sequencers barely
 	// shrink, and gzip took a fifth of the node's CPU. It still reads
 	// compressed requests.
 	opts := connect.WithHandlerOptions(connect.WithReadMaxBytes(maxMessageBytes), connect.WithCompressMinBytes(math.MaxInt))
-	path, h := fencelockv1connect.NewLockServiceHandler((*api)(s), opts)
+	path, h := fencelockv1connect.NewLockServiceHandler(&lockAPI{s}, opts)
 	mux.Handle(path, h)
-	cpath, ch := fencelockv1connect.NewClusterServiceHandler((*clusterAPI)(s), opts)
+	cpath, ch := fencelockv1connect.NewClusterServiceHandler(&clusterAPI{s}, opts)
 	mux.Handle(cpath, ch)
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	ui := s.uiHandler()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.Gatherer(), promhttp.HandlerOpts{}))
+	ui := uiHandler(s)
 	mux.Handle("/ui", ui)
 	mux.Handle("/ui/", ui)
-	if s.cfg.Profiling {
-		mux.Handle("/debug/pprof/", s.profiles())
+	if cfg.Profiling {
+		mux.Handle("/debug/pprof/", profiles(s))
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
@@ -64,7 +71,7 @@ func (s *Server) Handler() http.Handler {
 			http.Error(w, "not ready: no leader heard from lately, or behind the leader", http.StatusServiceUnavailable)
 		}
 	})
-	return s.acl.Middleware(s.cfg.AdminToken, boundBodies(mux))
+	return cfg.ACL.Middleware(cfg.AdminToken, boundBodies(mux))
 }
 
 // boundBodies caps the body of every request but a Session stream's (whose
@@ -143,41 +150,19 @@ func (c *bufferedConn) CloseWrite() error {
 	return nil
 }
 
-// api adapts Server to the generated Connect interface.
-type api Server
+// lockAPI adapts the node to the generated LockService interface.
+type lockAPI struct{ s *server.Server }
 
-var _ fencelockv1connect.LockServiceHandler = (*api)(nil)
+var _ fencelockv1connect.LockServiceHandler = (*lockAPI)(nil)
 
-func (a *api) fail(method string, err error) error {
-	a.count(method, err)
+// fail counts err as a refusal of method and turns it into a Connect error.
+func fail(s *server.Server, method string, err error) error {
+	s.Refused(method, err)
 	return wire.ToConnect(err)
 }
 
-// count counts a refused request by method and error code. A call whose
-// caller went away (code "canceled") is counted, but it is not a refusal
-// and makes no event.
-func (a *api) count(method string, err error) {
-	code := fencelock.Code(err)
-	switch {
-	case code != "":
-	case errors.Is(err, context.Canceled):
-		code = "canceled"
-	default:
-		code = "other"
-	}
-	a.metrics.rejected.WithLabelValues(method, code).Inc()
-	if code != fencelock.CodeNotLeader && code != "canceled" {
-		ev := Event{Kind: "refusal", Detail: method + ": " + code}
-		var held *fencelock.LockHeldError
-		if errors.As(err, &held) {
-			ev.Lock, ev.Token, ev.Holder = string(held.Name), held.Token, held.Holder
-		}
-		(*Server)(a).record(ev)
-	}
-}
-
-func acquireRequest(m *fencelockv1.AcquireRequest) AcquireRequest {
-	return AcquireRequest{Name: fencelock.LockName(m.Name), TTL: m.Ttl.AsDuration(), Wait: m.Wait.AsDuration(),
+func acquireRequest(m *fencelockv1.AcquireRequest) server.AcquireRequest {
+	return server.AcquireRequest{Name: fencelock.LockName(m.Name), TTL: m.Ttl.AsDuration(), Wait: m.Wait.AsDuration(),
 		RequestID: m.RequestId, Holder: m.Holder, KeepPlace: m.KeepPlace}
 }
 
@@ -189,7 +174,7 @@ func acquireResponse(g fencelock.Grant) *fencelockv1.AcquireResponse {
 
 // renew renews a grant and returns the answer, with a new sequencer unless
 // the request asks for none.
-func (s *Server) renew(ctx context.Context, m *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
+func renew(ctx context.Context, s node, m *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
 	name, id, tok := fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)
 	ttl, err := s.Renew(ctx, name, id, tok)
 	if err != nil {
@@ -197,55 +182,55 @@ func (s *Server) renew(ctx context.Context, m *fencelockv1.RenewRequest) (*fence
 	}
 	resp := &fencelockv1.RenewResponse{Ttl: durationpb.New(ttl)}
 	if !m.NoSequencer {
-		resp.Sequencer, _ = s.sequence(name, tok, id, ttl)
+		resp.Sequencer, _ = s.Sequence(name, tok, id, ttl)
 	}
 	return resp, nil
 }
 
-func (a *api) Acquire(ctx context.Context, req *connect.Request[fencelockv1.AcquireRequest]) (*connect.Response[fencelockv1.AcquireResponse], error) {
-	g, err := (*Server)(a).Acquire(ctx, acquireRequest(req.Msg))
+func (a *lockAPI) Acquire(ctx context.Context, req *connect.Request[fencelockv1.AcquireRequest]) (*connect.Response[fencelockv1.AcquireResponse], error) {
+	g, err := a.s.Acquire(ctx, acquireRequest(req.Msg))
 	if err != nil {
-		return nil, a.fail("Acquire", err)
+		return nil, fail(a.s, "Acquire", err)
 	}
 	return connect.NewResponse(acquireResponse(g)), nil
 }
 
-func (a *api) Renew(ctx context.Context, req *connect.Request[fencelockv1.RenewRequest]) (*connect.Response[fencelockv1.RenewResponse], error) {
-	resp, err := (*Server)(a).renew(ctx, req.Msg)
+func (a *lockAPI) Renew(ctx context.Context, req *connect.Request[fencelockv1.RenewRequest]) (*connect.Response[fencelockv1.RenewResponse], error) {
+	resp, err := renew(ctx, a.s, req.Msg)
 	if err != nil {
-		return nil, a.fail("Renew", err)
+		return nil, fail(a.s, "Renew", err)
 	}
 	return connect.NewResponse(resp), nil
 }
 
-func (a *api) Release(ctx context.Context, req *connect.Request[fencelockv1.ReleaseRequest]) (*connect.Response[fencelockv1.ReleaseResponse], error) {
+func (a *lockAPI) Release(ctx context.Context, req *connect.Request[fencelockv1.ReleaseRequest]) (*connect.Response[fencelockv1.ReleaseResponse], error) {
 	m := req.Msg
-	if err := (*Server)(a).Release(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {
-		return nil, a.fail("Release", err)
+	if err := a.s.Release(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {
+		return nil, fail(a.s, "Release", err)
 	}
 	return connect.NewResponse(&fencelockv1.ReleaseResponse{}), nil
 }
 
-func (a *api) CancelWait(ctx context.Context, req *connect.Request[fencelockv1.CancelWaitRequest]) (*connect.Response[fencelockv1.CancelWaitResponse], error) {
-	if err := (*Server)(a).CancelWait(ctx, fencelock.LockName(req.Msg.Name), req.Msg.RequestId); err != nil {
-		return nil, a.fail("CancelWait", err)
+func (a *lockAPI) CancelWait(ctx context.Context, req *connect.Request[fencelockv1.CancelWaitRequest]) (*connect.Response[fencelockv1.CancelWaitResponse], error) {
+	if err := a.s.CancelWait(ctx, fencelock.LockName(req.Msg.Name), req.Msg.RequestId); err != nil {
+		return nil, fail(a.s, "CancelWait", err)
 	}
 	return connect.NewResponse(&fencelockv1.CancelWaitResponse{}), nil
 }
 
-func (a *api) Describe(ctx context.Context, req *connect.Request[fencelockv1.DescribeRequest]) (*connect.Response[fencelockv1.DescribeResponse], error) {
-	li, err := (*Server)(a).Describe(ctx, fencelock.LockName(req.Msg.Name))
+func (a *lockAPI) Describe(ctx context.Context, req *connect.Request[fencelockv1.DescribeRequest]) (*connect.Response[fencelockv1.DescribeResponse], error) {
+	li, err := a.s.Describe(ctx, fencelock.LockName(req.Msg.Name))
 	if err != nil {
-		return nil, a.fail("Describe", err)
+		return nil, fail(a.s, "Describe", err)
 	}
 	return connect.NewResponse(&fencelockv1.DescribeResponse{Lock: lockInfoMsg(li)}), nil
 }
 
-func (a *api) List(ctx context.Context, req *connect.Request[fencelockv1.ListRequest]) (*connect.Response[fencelockv1.ListResponse], error) {
+func (a *lockAPI) List(ctx context.Context, req *connect.Request[fencelockv1.ListRequest]) (*connect.Response[fencelockv1.ListResponse], error) {
 	m := req.Msg
-	locks, next, err := (*Server)(a).List(ctx, m.Prefix, m.PageToken, int(m.PageSize))
+	locks, next, err := a.s.List(ctx, m.Prefix, m.PageToken, int(m.PageSize))
 	if err != nil {
-		return nil, a.fail("List", err)
+		return nil, fail(a.s, "List", err)
 	}
 	resp := &fencelockv1.ListResponse{NextPageToken: next}
 	for _, li := range locks {
@@ -272,10 +257,10 @@ func lockInfoMsg(li fencelock.LockInfo) *fencelockv1.LockInfo {
 	return m
 }
 
-func (a *api) CheckSequencer(ctx context.Context, req *connect.Request[fencelockv1.CheckSequencerRequest]) (*connect.Response[fencelockv1.CheckSequencerResponse], error) {
-	seq, current, tok, err := (*Server)(a).CheckSequencer(ctx, req.Msg.Sequencer)
+func (a *lockAPI) CheckSequencer(ctx context.Context, req *connect.Request[fencelockv1.CheckSequencerRequest]) (*connect.Response[fencelockv1.CheckSequencerResponse], error) {
+	seq, current, tok, err := a.s.CheckSequencer(ctx, req.Msg.Sequencer)
 	if err != nil {
-		return nil, a.fail("CheckSequencer", err)
+		return nil, fail(a.s, "CheckSequencer", err)
 	}
 	return connect.NewResponse(&fencelockv1.CheckSequencerResponse{Current: current, Name: string(seq.Lock), Token: uint64(tok)}), nil
 }

@@ -1,0 +1,181 @@
+package api
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testproc"
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
+	"github.com/fencelock/fencelock/server"
+)
+
+// stalledNode is a node whose acquires stay on their way through Raft
+// until raft is closed, then are granted.
+type stalledNode struct {
+	raft    chan struct{}
+	tokens  sync.Mutex
+	granted fencelock.Token
+}
+
+func (n *stalledNode) Acquire(ctx context.Context, req server.AcquireRequest) (fencelock.Grant, error) {
+	select {
+	case <-n.raft:
+	case <-ctx.Done():
+		return fencelock.Grant{}, ctx.Err()
+	}
+	n.tokens.Lock()
+	defer n.tokens.Unlock()
+	n.granted++
+	return fencelock.Grant{Name: req.Name, Token: n.granted, LeaseID: fencelock.NewLeaseID(), TTL: req.TTL}, nil
+}
+
+var errNotHere = errors.New("not on this node")
+
+func (n *stalledNode) Renew(context.Context, fencelock.LockName, fencelock.LeaseID, fencelock.Token) (time.Duration, error) {
+	return 0, errNotHere
+}
+func (n *stalledNode) Sequence(fencelock.LockName, fencelock.Token, fencelock.LeaseID, time.Duration) (string, string) {
+	return "", ""
+}
+func (n *stalledNode) Release(context.Context, fencelock.LockName, fencelock.LeaseID, fencelock.Token) error {
+	return errNotHere
+}
+func (n *stalledNode) CancelWait(context.Context, fencelock.LockName, string) error {
+	return errNotHere
+}
+func (n *stalledNode) Refused(string, error) {}
+func (n *stalledNode) Done() <-chan struct{} { return nil }
+
+// sessionOnly serves Session streams on a node.
+type sessionOnly struct {
+	fencelockv1connect.UnimplementedLockServiceHandler
+	n node
+}
+
+func (h sessionOnly) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
+	return serveSession(ctx, h.n, st)
+}
+
+// TestSession_ReadsNoFurtherWhileMaxProposingAreInRaft: a stream with
+// maxProposing calls on their way through Raft is not read further: a
+// later message of it (a call with the id of one running, which would be
+// refused at once) waits until one of them is answered. Then every call is
+// answered.
+func TestSession_ReadsNoFurtherWhileMaxProposingAreInRaft(t *testing.T) {
+	n := &stalledNode{raft: make(chan struct{})}
+	var open sync.Once
+	defer open.Do(func() { close(n.raft) })
+	path, h := fencelockv1connect.NewLockServiceHandler(sessionOnly{n: n})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	addr := testproc.ServeH2C(t, mux)
+	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := fencelockv1connect.NewLockServiceClient(&http.Client{Transport: tr}, "http://"+addr).Session(ctx)
+	defer st.CloseResponse()
+	call := func(id uint64, name string) *fencelockv1.Call {
+		return &fencelockv1.Call{Id: id, Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{
+			Name: name, Ttl: durationpb.New(time.Minute), RequestId: "r"}}}
+	}
+	var calls []*fencelockv1.Call
+	for i := range maxProposing + 1 {
+		calls = append(calls, call(uint64(i+1), fmt.Sprintf("l%d", i)))
+	}
+	if err := st.Send(&fencelockv1.SessionRequest{Calls: calls}); err != nil {
+		t.Fatal(err)
+	}
+	// Read, it would be refused at once: call 1 runs.
+	if err := st.Send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{call(1, "l0")}}); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan *fencelockv1.Result, len(calls)+1) // and the second call 1
+	go func() {
+		for {
+			m, err := st.Receive()
+			if err != nil {
+				return
+			}
+			for _, r := range m.Results {
+				answered <- r
+			}
+		}
+	}()
+	select {
+	case r := <-answered:
+		t.Fatalf("call %d answered while Raft was stalled (%v): the stream was read on", r.Id, r)
+	case <-time.After(500 * time.Millisecond):
+	}
+	open.Do(func() { close(n.raft) })
+	for range calls {
+		var r *fencelockv1.Result
+		select {
+		case r = <-answered:
+		case <-ctx.Done():
+			t.Fatal("not every call was answered once Raft went on")
+		}
+		if r.GetAcquire().GetGrant().GetToken() == 0 && r.Id != 1 { // the second call 1 may be refused
+			t.Fatalf("call %d: %v, want a grant", r.Id, r)
+		}
+	}
+}
+
+// TestSession_EndEndsCallsInWaves: once the stream's context ends, end
+// cancels its calls at most maxProposing at a time, each wave after the
+// last has ended, and returns when all have.
+func TestSession_EndEndsCallsInWaves(t *testing.T) {
+	ss := &session{calls: make(map[uint64]*running)}
+	var mu sync.Mutex
+	ending, most, ended := 0, 0, 0
+	const n = 3*maxProposing + 5
+	for id := range uint64(n) {
+		r := &running{done: make(chan struct{})}
+		var once sync.Once
+		r.cancel = func() {
+			once.Do(func() {
+				mu.Lock()
+				ending++
+				most = max(most, ending)
+				mu.Unlock()
+				go func() {
+					time.Sleep(time.Millisecond)
+					mu.Lock()
+					ending--
+					ended++
+					mu.Unlock()
+					ss.mu.Lock()
+					delete(ss.calls, id)
+					ss.mu.Unlock()
+					close(r.done)
+					ss.wg.Done()
+				}()
+			})
+		}
+		ss.calls[id] = r
+		ss.wg.Add(1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ss.end(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	if ended != n || most > maxProposing || most == 0 {
+		t.Fatalf("ended %d of %d calls, at most %d ending at once; want all, at most %d at once", ended, n, most, maxProposing)
+	}
+}
