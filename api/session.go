@@ -57,13 +57,14 @@ func serveSession(ctx context.Context, n node, st *connect.BidiStream[fencelockv
 		case <-ctx.Done():
 		}
 	}()
-	ss := &session{n: n, out: make(chan *fencelockv1.Result, 2*maxSessionCalls), pong: make(chan struct{}, 1), calls: make(map[uint64]*running),
-		proposing: make(chan struct{}, maxProposing), stream: ctx, base: context.WithoutCancel(ctx)}
-	written := make(chan struct{})
-	go func() {
-		defer close(written)
-		ss.write(st)
-	}()
+	ss := &session{n: n, calls: make(map[uint64]*running), proposing: make(chan struct{}, maxProposing),
+		stream: ctx, base: context.WithoutCancel(ctx)}
+	ss.box = &outbox{st: st, sent: func(n int) {
+		ss.mu.Lock()
+		ss.active -= n
+		ss.mu.Unlock()
+	}}
+	ss.box.idle.L = &ss.box.mu
 	read := make(chan error, 1)
 	go func() { read <- ss.read(ctx, st) }()
 	select {
@@ -77,8 +78,7 @@ func serveSession(ctx context.Context, n node, st *connect.BidiStream[fencelockv
 	ss.closed = true // no call starts any more
 	ss.mu.Unlock()
 	ss.end(ctx)
-	close(ss.out)
-	<-written
+	ss.box.close()
 	return nil
 }
 
@@ -132,10 +132,9 @@ type node interface {
 
 // session is one Session stream's calls.
 type session struct {
-	n    node
-	out  chan *fencelockv1.Result // answers to send
-	pong chan struct{}            // buffered: a ping waits for its answer
-	wg   sync.WaitGroup           // calls running
+	n   node
+	box *outbox        // answers and pongs to send
+	wg  sync.WaitGroup // calls running, until their answer is sent
 	// proposing holds a slot for each call neither answered nor queued
 	// (maxProposing).
 	proposing chan struct{}
@@ -167,10 +166,7 @@ func (ss *session) read(ctx context.Context, st *connect.BidiStream[fencelockv1.
 			return err
 		}
 		if m.Ping {
-			select {
-			case ss.pong <- struct{}{}:
-			default: // a pong is already due
-			}
+			ss.box.put(nil, true)
 		}
 		ss.mu.Lock()
 		for _, id := range m.Cancel {
@@ -207,88 +203,110 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 		}
 	}
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	if ss.closed {
+		ss.mu.Unlock()
 		return context.Canceled
 	}
 	if ss.active >= 2*maxSessionCalls {
+		ss.mu.Unlock()
 		return errTooManyCalls
 	}
 	ss.active++
-	_, dup := ss.calls[c.Id]
-	switch {
-	case dup:
+	var refusal error
+	if _, dup := ss.calls[c.Id]; dup {
+		refusal = fmt.Errorf("call id %d is running on this stream: %w", c.Id, fencelock.ErrInvalidArgument)
+	} else if ss.active > maxSessionCalls {
+		refusal = fmt.Errorf("more than %d calls on one stream: %w", maxSessionCalls, fencelock.ErrTooLarge)
+	}
+	if refusal != nil {
+		ss.mu.Unlock()
 		free()
-		ss.out <- failed(ss.n, c.Id, "Session", fmt.Errorf("call id %d is running on this stream: %w", c.Id, fencelock.ErrInvalidArgument))
-		return nil
-	case ss.active > maxSessionCalls:
-		free()
-		ss.out <- failed(ss.n, c.Id, "Session", fmt.Errorf("more than %d calls on one stream: %w", maxSessionCalls, fencelock.ErrTooLarge))
+		ss.box.put(failed(ss.n, c.Id, "Session", refusal), false)
 		return nil
 	}
 	cctx, cancel := context.WithCancel(ss.base)
 	rn := &running{cancel: cancel, done: make(chan struct{})}
 	ss.calls[c.Id] = rn
 	ss.wg.Add(1)
+	ss.mu.Unlock()
 	go func() {
 		defer ss.wg.Done()
-		defer close(rn.done)
 		r := run(cctx, ss.n, c, free, ss.gone)
 		free()
 		cancel()
 		ss.mu.Lock()
 		delete(ss.calls, c.Id)
 		ss.mu.Unlock()
-		ss.out <- r
+		close(rn.done)
+		ss.box.put(r, false)
 	}()
 	return nil
 }
 
-// write sends the answers as they come, those ready together in one
-// message, and a pong for each ping, until out is closed. After a failed
-// send it only drains out.
-func (ss *session) write(st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) {
-	broken := false
-	for {
-		resp := &fencelockv1.SessionResponse{}
-		select {
-		case r, ok := <-ss.out:
-			if !ok {
-				return
-			}
-			resp.Results = append(resp.Results, r)
-			runtime.Gosched() // calls finishing together go out together: one write
-		case <-ss.pong:
-			resp.Pong = true
-		}
-		ss.more(resp)
-		if !broken {
-			broken = st.Send(resp) != nil
-		}
-		ss.mu.Lock()
-		ss.active -= len(resp.Results)
-		ss.mu.Unlock()
+// outbox sends a stream's answers on the goroutines that make them, with
+// no writer of its own to hand them to: the one that finds nobody sending
+// sends what is queued, its own among it, until nothing is; answers
+// queued meanwhile go out together, up to maxResults a message. After a
+// failed send, or once closed, it sends nothing.
+type outbox struct {
+	st interface {
+		Send(*fencelockv1.SessionResponse) error
 	}
+	sent func(n int) // after each message, with its number of answers
+
+	mu      sync.Mutex
+	idle    sync.Cond // L is &mu; signalled when sending ends
+	results []*fencelockv1.Result
+	pong    bool // a pong is due
+	sending bool
+	broken  bool
 }
 
-// more adds to resp the answers ready now, up to maxResults, and a pong if
-// one is due.
-func (ss *session) more(resp *fencelockv1.SessionResponse) {
-	select {
-	case <-ss.pong:
-		resp.Pong = true
-	default:
+// put queues answer r (if not nil) and a pong (if pong), and sends the
+// queue unless another goroutine is sending it.
+func (o *outbox) put(r *fencelockv1.Result, pong bool) {
+	o.mu.Lock()
+	if r != nil {
+		o.results = append(o.results, r)
 	}
-	for len(resp.Results) < maxResults {
-		select {
-		case r, ok := <-ss.out:
-			if !ok {
-				return
-			}
-			resp.Results = append(resp.Results, r)
-		default:
-			return
+	o.pong = o.pong || pong
+	if o.sending {
+		o.mu.Unlock()
+		return
+	}
+	o.sending = true
+	o.mu.Unlock()
+	runtime.Gosched() // the calls that can finish now queue theirs: one message
+	o.mu.Lock()
+	for len(o.results) > 0 || o.pong {
+		n := min(len(o.results), maxResults)
+		resp := &fencelockv1.SessionResponse{Results: o.results[:n:n], Pong: o.pong}
+		o.results, o.pong = o.results[n:], false
+		if len(o.results) == 0 {
+			o.results = nil
 		}
+		broken := o.broken
+		o.mu.Unlock()
+		if !broken && o.st.Send(resp) != nil {
+			o.mu.Lock()
+			o.broken = true
+			o.mu.Unlock()
+		}
+		o.sent(n)
+		o.mu.Lock()
+	}
+	o.sending = false
+	o.idle.Broadcast()
+	o.mu.Unlock()
+}
+
+// close makes the outbox send nothing more and waits for a send under way.
+func (o *outbox) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.broken = true
+	for o.sending {
+		o.idle.Wait()
 	}
 }
 

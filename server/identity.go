@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -129,10 +128,10 @@ func (s *Server) Keys() KeySet {
 }
 
 // Sequence returns the sequencer of a grant or renewal, and the cluster
-// id; "" for both before the cluster has a key, or while the node closes.
-// It waits for signSequencers to sign it. Its lease end is the lease
-// table's deadline for the grant (now + ttl if the table has none), never
-// later than the lease really ends.
+// id; "" for both before the cluster has a key. It is signed in a batch
+// with the sequencers asked for meanwhile (signQueue). Its lease end is the
+// lease table's deadline for the grant (now + ttl if the table has none),
+// never later than the lease really ends.
 func (s *Server) Sequence(name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration) (string, string) {
 	sg := s.signers.get(s.fsm)
 	if sg == nil {
@@ -145,73 +144,7 @@ func (s *Server) Sequence(name fencelock.LockName, token fencelock.Token, lease 
 	}
 	r := &signRequest{key: sg.key, text: make(chan string, 1), seq: sequencer.Sequencer{Lock: name, Token: token,
 		ClusterID: sg.clusterID, KeyID: sg.keyID, LeaseHash: sequencer.LeaseHash(lease), Issued: now, LeaseEnd: end}}
-	select {
-	case s.toSign <- r:
-	case <-s.ctx.Done():
-		return "", ""
-	}
-	select {
-	case text := <-r.text:
-		return text, sg.clusterID
-	case <-s.ctx.Done():
-		return "", ""
-	}
-}
-
-// signRequest is a sequencer waiting for its signature.
-type signRequest struct {
-	seq  sequencer.Sequencer
-	key  ed25519.PrivateKey
-	text chan string // buffered: the signer never waits
-}
-
-// signSequencers signs the sequencers of s.toSign until the node closes.
-// Those handed over together (calls whose grants committed in one batch,
-// or while it signed the last batch) share one signature
-// (sequencer.SignBatch): one Ed25519 signature costs more than the rest of
-// a grant on the node.
-func (s *Server) signSequencers() {
-	defer s.wg.Done()
-	var next *signRequest // the first of the next batch: another key's
-	for {
-		first := next
-		if first == nil {
-			select {
-			case first = <-s.toSign:
-			case <-s.ctx.Done():
-				return
-			}
-			runtime.Gosched() // the calls that finish together hand theirs over
-		}
-		var batch []*signRequest
-		batch, next = s.moreToSign(first)
-		ss := make([]sequencer.Sequencer, len(batch))
-		for i, r := range batch {
-			ss[i] = r.seq
-		}
-		for i, text := range sequencer.SignBatch(ss, first.key) {
-			batch[i].text <- text
-		}
-	}
-}
-
-// moreToSign returns a batch of first and the requests waiting behind it
-// with the same key, up to sequencer.MaxBatch, and the first request with
-// another key, if it met one.
-func (s *Server) moreToSign(first *signRequest) ([]*signRequest, *signRequest) {
-	batch := []*signRequest{first}
-	for len(batch) < sequencer.MaxBatch {
-		select {
-		case r := <-s.toSign:
-			if r.seq.KeyID != first.seq.KeyID || r.seq.ClusterID != first.seq.ClusterID {
-				return batch, r
-			}
-			batch = append(batch, r)
-		default:
-			return batch, nil
-		}
-	}
-	return batch, nil
+	return s.toSign.sign(r), sg.clusterID
 }
 
 // Verifier returns a sequencer.Verifier that trusts the cluster's keys.

@@ -181,33 +181,3 @@ func TestSequencers_ofGrantsMadeTogether(t *testing.T) {
 		t.Errorf("none of %d grants made at once was signed in a batch", n)
 	}
 }
-
-// TestMoreToSign: a batch takes the requests waiting with its key, up to
-// sequencer.MaxBatch, and stops at one with another key, which starts the
-// next batch.
-func TestMoreToSign(t *testing.T) {
-	s := &Server{toSign: make(chan *signRequest, 4*sequencer.MaxBatch)}
-	req := func(key string) *signRequest {
-		return &signRequest{seq: sequencer.Sequencer{ClusterID: "c", KeyID: key}}
-	}
-	for _, k := range []string{"a", "a", "b", "a"} {
-		s.toSign <- req(k)
-	}
-	batch, next := s.moreToSign(req("a"))
-	if len(batch) != 3 || next == nil || next.seq.KeyID != "b" {
-		t.Fatalf("batch of %d, next %+v; want first and the two a's, then the b", len(batch), next)
-	}
-	batch, next = s.moreToSign(next)
-	if len(batch) != 1 || next == nil || next.seq.KeyID != "a" {
-		t.Fatalf("second batch of %d, next %+v; want the b alone, then the last a", len(batch), next)
-	}
-	if batch, next = s.moreToSign(next); len(batch) != 1 || next != nil {
-		t.Fatalf("third batch of %d, next %+v; want the last a alone, nothing after", len(batch), next)
-	}
-	for range 2 * sequencer.MaxBatch {
-		s.toSign <- req("a")
-	}
-	if batch, next = s.moreToSign(req("a")); len(batch) != sequencer.MaxBatch || next != nil || len(s.toSign) != sequencer.MaxBatch+1 {
-		t.Fatalf("batch of %d (next %v, %d left); want MaxBatch, the rest left waiting", len(batch), next, len(s.toSign))
-	}
-}

@@ -20,7 +20,6 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
-	"github.com/fencelock/fencelock/sequencer"
 )
 
 // Server is one node of the lock service.
@@ -38,10 +37,9 @@ type Server struct {
 	claims *claims
 	// leaderCheck shares VerifyLeader rounds among concurrent renewals.
 	leaderCheck *leaderCheck
-	// signers caches the key that signs sequencers; toSign carries the
-	// sequencers to sign (signSequencers).
+	// signers caches the key that signs sequencers; toSign signs them.
 	signers signerCache
-	toSign  chan *signRequest
+	toSign  signQueue
 	// acl authenticates callers and checks their permissions.
 	acl *acl.ACL
 	// backingUp is set while a Backup runs.
@@ -83,7 +81,6 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(), clock: newCmdClock(), acl: cfg.ACL}
 	s.claims = newClaims(s)
-	s.toSign = make(chan *signRequest, 4*sequencer.MaxBatch)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.leases = newLeaseTable(s.proposeExpire)
 	s.fsm = fsm.New(cfg.DedupeWindow, (*observer)(s))
@@ -140,10 +137,9 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	s.leaderCheck = &leaderCheck{verify: func() error { return r.VerifyLeader().Error() }}
 	s.raftStarted.Store(true)
 	s.metrics.reg.MustRegister(newGauges(s))
-	s.wg.Add(4)
+	s.wg.Add(3)
 	go s.watchLeadership(notify)
 	go s.countLeaderChanges()
-	go s.signSequencers()
 	go s.claims.reapDue()
 	if cfg.APIAddr != "" {
 		s.wg.Add(1)
