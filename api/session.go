@@ -110,7 +110,7 @@ func (ss *session) end(ctx context.Context) {
 			break
 		}
 		for _, r := range wave {
-			r.cancel()
+			r.cancel(nil) // the stream broke: a grace for a retry
 		}
 		for _, r := range wave {
 			<-r.done
@@ -153,7 +153,7 @@ func (ss *session) gone() bool { return ss.stream.Err() != nil }
 
 // running is one call under way.
 type running struct {
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when the call has ended
 }
 
@@ -171,7 +171,7 @@ func (ss *session) read(ctx context.Context, st *connect.BidiStream[fencelockv1.
 		ss.mu.Lock()
 		for _, id := range m.Cancel {
 			if r := ss.calls[id]; r != nil {
-				r.cancel()
+				r.cancel(server.ErrWithdrawn) // taken back at once
 			}
 		}
 		ss.mu.Unlock()
@@ -224,7 +224,7 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 		ss.box.put(failed(ss.n, c.Id, "Session", refusal), false)
 		return nil
 	}
-	cctx, cancel := context.WithCancel(ss.base)
+	cctx, cancel := context.WithCancelCause(ss.base)
 	rn := &running{cancel: cancel, done: make(chan struct{})}
 	ss.calls[c.Id] = rn
 	ss.wg.Add(1)
@@ -233,7 +233,7 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 		defer ss.wg.Done()
 		r := run(cctx, ss.n, c, free, ss.gone)
 		free()
-		cancel()
+		cancel(nil)
 		ss.mu.Lock()
 		delete(ss.calls, c.Id)
 		ss.mu.Unlock()

@@ -147,7 +147,7 @@ func TestSession_EndEndsCallsInWaves(t *testing.T) {
 	for id := range uint64(n) {
 		r := &running{done: make(chan struct{})}
 		var once sync.Once
-		r.cancel = func() {
+		r.cancel = func(error) {
 			once.Do(func() {
 				mu.Lock()
 				ending++

@@ -137,8 +137,10 @@ func TestSession_CallsRunAsTheirUnaryMethods(t *testing.T) {
 	}
 }
 
-// TestSession_CancelAndStreamEndTakeWaitsBack: a cancelled call, and every
-// call of a stream that broke, leave no waiter once the grace is over.
+// TestSession_CancelAndStreamEndTakeWaitsBack: a cancelled call's request
+// has left the queue when its answer comes (its caller withdrew it), while
+// the other call's stays; every call of a stream that broke leaves no
+// waiter once the grace is over.
 func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) {
 	n := fencelocktest.StartNode(t)
 	holdLock(t, n, "l")
@@ -151,12 +153,15 @@ func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) {
 	if got := c.results(1); !errors.Is(wire.FromStatus(got[1].GetError()), context.Canceled) {
 		t.Fatalf("the cancelled call: %v, want canceled", got[1])
 	}
+	if w := waiting(t, n, "l"); w["w1"] || !w["w2"] {
+		t.Fatalf("once the cancel was answered: w1 (cancelled) waits %v, w2 waits %v; want only w2", w["w1"], w["w2"])
+	}
 	c.closeResponse() // the stream breaks: the client resets it
 	defer cancel()
 	deadline := time.Now().Add(10 * time.Second) // the grace is 3 s
-	for w := waiting(t, n, "l"); w["w1"] || w["w2"]; w = waiting(t, n, "l") {
+	for waiting(t, n, "l")["w2"] {
 		if time.Now().After(deadline) {
-			t.Fatalf("still queued after the grace: w1 (cancelled) %v, w2 (broken stream) %v", w["w1"], w["w2"])
+			t.Fatal("w2 (broken stream) still queued after the grace")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

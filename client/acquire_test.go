@@ -56,9 +56,17 @@ func TestAcquisition_States(t *testing.T) {
 			}
 			return nil, nil
 		}, stateGranted, nil, false},
-		{"caller gave up", -1, 200 * time.Millisecond, func(_ int, _ *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+		{"caller gave up, the call answered late", -1, 200 * time.Millisecond, func(_ int, _ *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
 			time.Sleep(time.Second)
 			return nil, fmt.Errorf("cut: %w", fencelock.ErrUnavailable)
+		}, stateAbandoned, context.DeadlineExceeded, true},
+		// The node takes back a request whose call was cancelled on its
+		// stream: the client does not a second time. A unary call's end
+		// tells the node nothing it can act on at once: the client does.
+		{"caller gave up during a call on the stream", -1, 200 * time.Millisecond, nil, stateAbandoned, context.DeadlineExceeded, false},
+		{"caller gave up during a unary call", -1, 200 * time.Millisecond, func(int, *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+			time.Sleep(300 * time.Millisecond)
+			return nil, context.DeadlineExceeded
 		}, stateAbandoned, context.DeadlineExceeded, true},
 		{"invalid", 0, time.Minute, func(int, *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
 			return nil, fmt.Errorf("ttl: %w", fencelock.ErrInvalidTTL)
@@ -74,6 +82,10 @@ func TestAcquisition_States(t *testing.T) {
 				calls++
 				call := calls
 				mu.Unlock()
+				if tt.answers == nil { // waits until the call is cancelled on its stream
+					<-ctx.Done()
+					return nil, fmt.Errorf("%w: %w", errWithdrawn, ctx.Err())
+				}
 				g, err := tt.answers(call, r)
 				if err == nil && g == nil {
 					g = grantOf(r)

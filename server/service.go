@@ -19,6 +19,11 @@ const (
 	defaultPageSize = 100
 )
 
+// ErrWithdrawn, as the cause of the context of an Acquire call that ends,
+// says that its caller withdrew the request (an explicit cancel, not a
+// broken connection): it is taken back at once, with no grace for a retry.
+var ErrWithdrawn = errors.New("the caller withdrew its request")
+
 // AcquireRequest asks for a lock.
 type AcquireRequest struct {
 	Name fencelock.LockName
@@ -68,7 +73,8 @@ func (s *Server) validate(req AcquireRequest) error {
 // returns the grant the moment it is made. The request is tied to this
 // call: when the call ends without handing its grant over (ctx ended, the
 // wait ran out), the request is taken back after a grace unless another
-// call with the same request id comes for it (see claims). Errors:
+// call with the same request id comes for it (see claims); at once, before
+// Acquire returns, when ctx ended with cause ErrWithdrawn. Errors:
 // *fencelock.LockHeldError (try-lock, or the wait ran out), ErrInvalidName,
 // ErrInvalidTTL, ErrInvalidArgument, ErrNotLeader, ErrUnavailable (outcome
 // unknown: retry with the same RequestID), or ctx's error.
@@ -106,6 +112,9 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	if err == nil {
 		s.claims.handed(cl)
 		g.Sequencer, g.ClusterID = s.Sequence(g.Name, g.Token, g.LeaseID, g.TTL)
+	}
+	if errors.Is(context.Cause(ctx), ErrWithdrawn) {
+		a.grace = 0
 	}
 	s.claims.detach(cl, a.grace, a.unknown)
 	return g, err
