@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,13 +18,18 @@ import (
 
 	"connectrpc.com/connect"
 	"golang.org/x/net/http2"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/fencelocktest"
+	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 	"github.com/fencelock/fencelock/server"
+	"github.com/gorilla/websocket"
 )
 
 // servedFrom serves n's handler over HTTP/1.1 as if every caller called
@@ -180,5 +186,60 @@ func TestHandler_doesNotDrainAHugeBody(t *testing.T) {
 	}
 	if n := body.read.Load(); n > 8<<20 {
 		t.Fatalf("the node read %d bytes of a body it refused, want at most a few messages' worth", n)
+	}
+}
+
+// TestWebSocket_authenticatedAsEveryCall: the Session WebSocket is
+// upgraded from a request that passes the node's middleware: under a
+// policy, a stream without a token has its calls refused and one with
+// billing's token is granted billing's locks; a browser page of another
+// origin cannot upgrade at all.
+func TestWebSocket_authenticatedAsEveryCall(t *testing.T) {
+	hash := func(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.EncodeToString(s[:]) }
+	policy, err := acl.Parse(strings.NewReader("billing "+hash("b-secret")+"\n"), strings.NewReader("billing lock,read billing/\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := fencelocktest.StartNode(t, func(c *server.Config) { c.ACL = policy })
+	url := "ws://" + n.Addr + api.WebSocketPath
+	acquire := func(header http.Header) (*fencelockv1.Result, error) {
+		c, resp, err := websocket.DefaultDialer.DialContext(t.Context(), url, header)
+		if err != nil {
+			return nil, fmt.Errorf("upgrade: %w (%v)", err, resp)
+		}
+		defer c.Close()
+		call := &fencelockv1.Call{Id: 1, Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{
+			Name: "billing/a", Ttl: durationpb.New(time.Minute)}}}
+		b, _ := proto.Marshal(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{call}})
+		if err := c.WriteMessage(websocket.BinaryMessage, b); err != nil {
+			return nil, err
+		}
+		_, b, err = c.ReadMessage()
+		if err != nil {
+			return nil, err
+		}
+		m := &fencelockv1.SessionResponse{}
+		if err := proto.Unmarshal(b, m); err != nil || len(m.Results) != 1 {
+			return nil, fmt.Errorf("answer %v, %v", m, err)
+		}
+		return m.Results[0], nil
+	}
+	r, err := acquire(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := wire.FromStatus(r.GetError()); !errors.Is(e, fencelock.ErrUnauthenticated) {
+		t.Fatalf("an acquire without a token: %v, want unauthenticated", r)
+	}
+	r, err = acquire(http.Header{"Authorization": {"Bearer b-secret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.GetAcquire().GetGrant().GetToken() == 0 {
+		t.Fatalf("billing's acquire of billing/a: %v, want a grant", r)
+	}
+	_, resp, err := websocket.DefaultDialer.DialContext(t.Context(), url, http.Header{"Origin": {"https://evil.example"}, "Authorization": {"Bearer b-secret"}})
+	if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("an upgrade from another origin: %v (%v), want 403", err, resp)
 	}
 }

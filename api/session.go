@@ -46,8 +46,17 @@ func (a *lockAPI) Session(ctx context.Context, st *connect.BidiStream[fencelockv
 	return serveSession(ctx, a.s, st)
 }
 
+// sessionStream is one Session stream: a Connect stream, or a WebSocket.
+type sessionStream interface {
+	Receive() (*fencelockv1.SessionRequest, error)
+	Send(*fencelockv1.SessionResponse) error
+}
+
+// errTextMessage ends a WebSocket stream that sent text.
+var errTextMessage = errors.New("a Session WebSocket carries binary messages only")
+
 // serveSession runs stream st's calls on n (lockAPI.Session).
-func serveSession(ctx context.Context, n node, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
+func serveSession(ctx context.Context, n node, st sessionStream) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { // the node closes: the stream ends
@@ -159,7 +168,7 @@ type running struct {
 
 // read starts the stream's calls and cancels those whose callers gave up,
 // until the stream ends.
-func (ss *session) read(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
+func (ss *session) read(ctx context.Context, st sessionStream) error {
 	for {
 		m, err := st.Receive()
 		if err != nil {

@@ -10,19 +10,34 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 	"github.com/fencelock/fencelock/server"
+	"github.com/gorilla/websocket"
 )
 
-// openSession opens a Session stream to n, over h2c, until ctx ends.
-func openSession(t *testing.T, ctx context.Context, n *fencelocktest.Node) *sessionConn {
+// carriers are the ways a Session stream reaches the node.
+var carriers = []string{"connect", "websocket"}
+
+// openSession opens a Session stream to n on carrier, until ctx ends.
+func openSession(t *testing.T, ctx context.Context, n *fencelocktest.Node, carrier string) *sessionConn {
 	t.Helper()
+	if carrier == "websocket" {
+		ws, resp, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+n.Addr+api.WebSocketPath, nil)
+		if err != nil {
+			t.Fatalf("dial the Session WebSocket: %v (%v)", err, resp)
+		}
+		c := &sessionConn{t: t, st: wsConn{ws}}
+		t.Cleanup(c.closeResponse)
+		return c
+	}
 	addr := n.Addr
 	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
@@ -44,6 +59,28 @@ type sessionConn struct {
 }
 
 func (c *sessionConn) closeResponse() { _ = c.st.CloseResponse() }
+
+// wsConn is a test's end of a Session WebSocket.
+type wsConn struct{ c *websocket.Conn }
+
+func (w wsConn) Send(m *fencelockv1.SessionRequest) error {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return w.c.WriteMessage(websocket.BinaryMessage, b)
+}
+
+func (w wsConn) Receive() (*fencelockv1.SessionResponse, error) {
+	_, b, err := w.c.ReadMessage()
+	if err != nil {
+		return nil, err
+	}
+	m := &fencelockv1.SessionResponse{}
+	return m, proto.Unmarshal(b, m)
+}
+
+func (w wsConn) CloseResponse() error { return w.c.Close() }
 
 func (c *sessionConn) send(m *fencelockv1.SessionRequest) {
 	c.t.Helper()
@@ -110,10 +147,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // TestSession_CallsRunAsTheirUnaryMethods: calls on one stream are answered
 // by id, as their unary methods would answer them, errors included.
 func TestSession_CallsRunAsTheirUnaryMethods(t *testing.T) {
+	for _, carrier := range carriers {
+		t.Run(carrier, func(t *testing.T) { testSession_CallsRunAsTheirUnaryMethods(t, carrier) })
+	}
+}
+
+func testSession_CallsRunAsTheirUnaryMethods(t *testing.T, carrier string) {
 	n := fencelocktest.StartNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := openSession(t, ctx, n)
+	c := openSession(t, ctx, n, carrier)
 	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{
 		acquireCall(1, "a", "r1", 0), acquireCall(2, "b", "r2", 0), acquireCall(3, "", "r3", 0)}})
 	got := c.results(3)
@@ -142,10 +185,16 @@ func TestSession_CallsRunAsTheirUnaryMethods(t *testing.T) {
 // the other call's stays; every call of a stream that broke leaves no
 // waiter once the grace is over.
 func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) {
+	for _, carrier := range carriers {
+		t.Run(carrier, func(t *testing.T) { testSession_CancelAndStreamEndTakeWaitsBack(t, carrier) })
+	}
+}
+
+func testSession_CancelAndStreamEndTakeWaitsBack(t *testing.T, carrier string) {
 	n := fencelocktest.StartNode(t)
 	holdLock(t, n, "l")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	c := openSession(t, ctx, n)
+	c := openSession(t, ctx, n, carrier)
 	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{
 		acquireCall(1, "l", "w1", time.Minute), acquireCall(2, "l", "w2", time.Minute)}})
 	eventually(t, "both queued", func() bool { w := waiting(t, n, "l"); return w["w1"] && w["w2"] })
@@ -170,11 +219,17 @@ func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) {
 // TestSession_RefusesDuplicateIDs: a call whose id runs already on the
 // stream is refused; the running one is not disturbed.
 func TestSession_RefusesDuplicateIDs(t *testing.T) {
+	for _, carrier := range carriers {
+		t.Run(carrier, func(t *testing.T) { testSession_RefusesDuplicateIDs(t, carrier) })
+	}
+}
+
+func testSession_RefusesDuplicateIDs(t *testing.T, carrier string) {
 	n := fencelocktest.StartNode(t)
 	holdLock(t, n, "l")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c := openSession(t, ctx, n)
+	c := openSession(t, ctx, n, carrier)
 	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{acquireCall(1, "l", "w1", time.Minute)}})
 	eventually(t, "queued", func() bool { return waiting(t, n, "l")["w1"] })
 	c.send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{acquireCall(1, "x", "x1", 0)}})

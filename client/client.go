@@ -27,13 +27,15 @@ type Config struct {
 	// Holder labels this client's grants (shown by Describe); default
 	// hostname/pid.
 	Holder string
-	// HTTPClient carries the calls. The default speaks HTTP/2 (h2c for
-	// http:// endpoints) on one connection per node, and carries Acquire,
-	// Renew, Release and CancelWait on one Session stream per node; a node
-	// that stops answering while calls are out on its stream is found
-	// within about three seconds (pings on the stream, only while calls
-	// are out). A client of your own that speaks HTTP/2 to the nodes gets
-	// the same. One that reaches a node only over HTTP/1.1 (an
+	// HTTPClient carries the calls. By default the client carries Acquire,
+	// Renew, Release and CancelWait on one Session stream per node over a
+	// WebSocket (an HTTP/1.1 upgrade, over TLS when Config.TLS or https://
+	// says so), and the other calls over HTTP/2 (h2c for http://
+	// endpoints); a node that stops answering while calls are out on its
+	// stream is found within about three seconds (pings on the stream, only
+	// while calls are out). A node, or a proxy, that refuses the upgrade
+	// gets unary calls, as below. A client of your own that speaks HTTP/2
+	// to the nodes carries the Session stream on HTTP/2 instead. One that reaches a node only over HTTP/1.1 (an
 	// http.Transport without h2c for http://, a proxy that speaks HTTP/1.1)
 	// works too: the node refuses its first Session stream (505), and the
 	// client then makes every call to that node as a unary call, one
@@ -168,7 +170,14 @@ func NewFromConfig(cfg Config) (*Client, error) {
 		hc.Transport = bearer{token: cfg.Token, next: transportOf(c.hc)}
 		c.hc = &hc
 	}
-	c.dial = func(url string) node { return newSessionNode(newConnectNode(c.hc, url), closeIdle) }
+	ownTransport := cfg.HTTPClient == nil
+	c.dial = func(url string) node {
+		var ws *wsDialer
+		if ownTransport {
+			ws = newWSDialer(url, cfg.TLS, cfg.Token)
+		}
+		return newSessionNode(newConnectNode(c.hc, url), closeIdle, ws)
+	}
 	var eps []*endpoint
 	for _, e := range cfg.Endpoints {
 		eps = append(eps, c.newEndpoint(c.endpointURL(e)))

@@ -15,9 +15,11 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/client"
 	"github.com/fencelock/fencelock/fencelocktest"
 	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 	"github.com/fencelock/fencelock/sequencer"
 	"github.com/fencelock/fencelock/server"
 )
@@ -573,5 +575,42 @@ func TestAcquire_AnswerAfterTheDeadlineLeavesNoWaiter(t *testing.T) {
 	waitForWaiters(t, holderC, "late", 0)
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, fencelock.ErrLockHeld) {
 		t.Fatalf("acquire answered after its deadline = %v, want context.DeadlineExceeded after ErrLockHeld", err)
+	}
+}
+
+// TestClient_SessionOverWebSocketOrUnary: with its own transport the
+// client carries its calls on a WebSocket to each node; a node, or a
+// proxy, that refuses the upgrade gets the same calls as unary calls.
+func TestClient_SessionOverWebSocketOrUnary(t *testing.T) {
+	n := fencelocktest.StartNode(t)
+	h := api.Handler(n.Server)
+	for _, refuse := range []bool{false, true} {
+		var upgrades, sessionCalls atomic.Int64
+		addr := testproc.ServeH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case api.WebSocketPath:
+				upgrades.Add(1)
+				if refuse {
+					http.NotFound(w, r)
+					return
+				}
+			case fencelockv1connect.LockServiceSessionProcedure:
+				sessionCalls.Add(1)
+			}
+			h.ServeHTTP(w, r)
+		}))
+		c := quietClient(t, addr)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		l, err := c.Acquire(ctx, "ws")
+		if err != nil {
+			t.Fatalf("acquire (upgrade refused: %v): %v", refuse, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release (upgrade refused: %v): %v", refuse, err)
+		}
+		cancel()
+		if upgrades.Load() == 0 || sessionCalls.Load() != 0 {
+			t.Fatalf("upgrade refused: %v: %d upgrades, %d HTTP/2 Session streams; want the WebSocket tried, no HTTP/2 stream", refuse, upgrades.Load(), sessionCalls.Load())
+		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fencelock/fencelock"
@@ -35,11 +34,12 @@ type sessionNode struct {
 	closeIdle func()      // closes the client's idle connections
 	noStreams atomic.Bool // the node is reached without HTTP/2: unary calls only
 	mu        sync.Mutex
-	cur       *stream // nil: none open
+	cur       *stream   // nil: none open
+	ws        *wsDialer // if set, streams are WebSockets
 }
 
-func newSessionNode(n *connectNode, closeIdle func()) *sessionNode {
-	return &sessionNode{connectNode: n, closeIdle: closeIdle}
+func newSessionNode(n *connectNode, closeIdle func(), ws *wsDialer) *sessionNode {
+	return &sessionNode{connectNode: n, closeIdle: closeIdle, ws: ws}
 }
 
 // errLeft ends a stream the client left: its node answered not_leader and
@@ -50,7 +50,7 @@ var _ node = (*sessionNode)(nil)
 
 // stream is one open Session stream.
 type stream struct {
-	bidi   *connect.BidiStreamForClient[fencelockv1.SessionRequest, fencelockv1.SessionResponse]
+	bidi   carrier
 	cancel context.CancelFunc
 	wake   chan struct{} // buffered: calls or cancels are pending
 	dead   chan struct{} // closed when the stream broke; err says why
@@ -76,7 +76,13 @@ func (n *sessionNode) open() *stream {
 		return n.cur
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	st := &stream{bidi: n.rpc.Session(ctx), cancel: cancel, wake: make(chan struct{}, 1), dead: make(chan struct{}),
+	var bidi carrier
+	if n.ws != nil {
+		bidi = &wsCarrier{ctx: ctx, dial: n.ws}
+	} else {
+		bidi = n.rpc.Session(ctx)
+	}
+	st := &stream{bidi: bidi, cancel: cancel, wake: make(chan struct{}, 1), dead: make(chan struct{}),
 		calls: make(map[uint64]chan *fencelockv1.Result)}
 	st.timer = time.AfterFunc(time.Hour, st.watch)
 	st.timer.Stop()

@@ -1,0 +1,95 @@
+package api
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"google.golang.org/protobuf/proto"
+
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+	"github.com/fencelock/fencelock/server"
+)
+
+// WebSocketPath is where the Session stream runs over a WebSocket (RFC
+// 6455): each binary message one SessionRequest or SessionResponse, as on
+// the Connect stream.
+const WebSocketPath = "/fencelock.v1.LockService/Session/websocket"
+
+// How the node finds a WebSocket client that vanished: it pings one that
+// has sent nothing for wsPingAfter and ends it when nothing comes within
+// wsPingAfter + wsPingTimeout.
+const (
+	wsPingAfter   = 10 * time.Second
+	wsPingTimeout = 5 * time.Second
+)
+
+// sessionWebSocket runs the Session over a WebSocket upgraded from a
+// request that passed the same middleware as every call. Browsers' cross-
+// site requests are refused (the Origin must be the node's own).
+func sessionWebSocket(s *server.Server) http.Handler {
+	up := websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return // Upgrade answered
+		}
+		defer c.Close()
+		c.SetReadLimit(maxMessageBytes)
+		ws := &wsStream{c: c}
+		ws.alive()
+		c.SetPongHandler(func(string) error { ws.alive(); return nil })
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		go ws.ping(ctx)
+		_ = serveSession(ctx, s, ws)
+	})
+}
+
+// wsStream is a Session stream on a WebSocket.
+type wsStream struct{ c *websocket.Conn }
+
+// alive moves the read deadline on: the client was heard from.
+func (ws *wsStream) alive() { _ = ws.c.SetReadDeadline(time.Now().Add(wsPingAfter + wsPingTimeout)) }
+
+// ping pings the client every wsPingAfter until ctx ends.
+func (ws *wsStream) ping(ctx context.Context) {
+	t := time.NewTicker(wsPingAfter)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = ws.c.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsPingTimeout))
+		}
+	}
+}
+
+func (ws *wsStream) Receive() (*fencelockv1.SessionRequest, error) {
+	typ, b, err := ws.c.ReadMessage()
+	switch {
+	case websocket.IsCloseError(err, websocket.CloseNormalClosure):
+		return nil, io.EOF
+	case err != nil:
+		return nil, err
+	case typ != websocket.BinaryMessage:
+		return nil, errTextMessage
+	}
+	ws.alive()
+	m := &fencelockv1.SessionRequest{}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (ws *wsStream) Send(m *fencelockv1.SessionResponse) error {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return ws.c.WriteMessage(websocket.BinaryMessage, b)
+}

@@ -1,0 +1,124 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"google.golang.org/protobuf/proto"
+
+	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
+)
+
+// maxResponseBytes bounds one SessionResponse read from a WebSocket.
+const maxResponseBytes = 4 << 20
+
+// wsPath is where a node runs the Session over a WebSocket (api.WebSocketPath).
+const wsPath = "/fencelock.v1.LockService/Session/websocket"
+
+// carrier is what a stream's messages travel on: a WebSocket with the
+// client's own transport (its messages written and read on the stream's
+// goroutines, no HTTP/2 loop between), a Connect stream on HTTP/2 with an
+// HTTP client of the caller's.
+type carrier interface {
+	Send(*fencelockv1.SessionRequest) error
+	Receive() (*fencelockv1.SessionResponse, error)
+	CloseRequest() error
+	CloseResponse() error
+}
+
+// wsDialer opens WebSockets to one node, with the client's TLS
+// configuration and token. The upgrade is an HTTP/1.1 request (ALPN
+// http/1.1 over TLS), authenticated as every call.
+type wsDialer struct {
+	url    string // ws:// or wss://
+	d      *websocket.Dialer
+	header http.Header
+}
+
+func newWSDialer(base string, tlsConf *tls.Config, token string) *wsDialer {
+	url := "ws" + strings.TrimPrefix(base, "http") + wsPath
+	var tc *tls.Config
+	if tlsConf != nil {
+		tc = tlsConf.Clone()
+		tc.NextProtos = []string{"http/1.1"}
+	}
+	d := &websocket.Dialer{NetDialContext: (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig: tc, HandshakeTimeout: 5 * time.Second, ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10}
+	h := http.Header{}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	return &wsDialer{url: url, d: d, header: h}
+}
+
+// wsCarrier is a stream on a WebSocket, dialed by whichever of Send and
+// Receive runs first. A node, or a proxy, that answers the upgrade without
+// upgrading fails it with errNoStreams: the client then makes unary calls.
+type wsCarrier struct {
+	ctx  context.Context
+	dial *wsDialer
+	once sync.Once
+	c    *websocket.Conn
+	err  error
+}
+
+func (w *wsCarrier) conn() (*websocket.Conn, error) {
+	w.once.Do(func() {
+		var resp *http.Response
+		w.c, resp, w.err = w.dial.d.DialContext(w.ctx, w.dial.url, w.dial.header)
+		if resp != nil && resp.Body != nil {
+			resp.Body.Close()
+		}
+		if errors.Is(w.err, websocket.ErrBadHandshake) && resp != nil {
+			// The node, or a proxy before it, answered without upgrading.
+			w.err = fmt.Errorf("%s answered %s to a WebSocket upgrade: %w", w.dial.url, resp.Status, errNoStreams)
+		}
+		if w.c != nil {
+			w.c.SetReadLimit(maxResponseBytes)
+		}
+	})
+	return w.c, w.err
+}
+
+func (w *wsCarrier) Send(m *fencelockv1.SessionRequest) error {
+	c, err := w.conn()
+	if err != nil {
+		return err
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return c.WriteMessage(websocket.BinaryMessage, b)
+}
+
+func (w *wsCarrier) Receive() (*fencelockv1.SessionResponse, error) {
+	c, err := w.conn()
+	if err != nil {
+		return nil, err
+	}
+	_, b, err := c.ReadMessage()
+	if err != nil {
+		return nil, err
+	}
+	m := &fencelockv1.SessionResponse{}
+	return m, proto.Unmarshal(b, m)
+}
+
+func (w *wsCarrier) CloseRequest() error { return w.CloseResponse() }
+
+func (w *wsCarrier) CloseResponse() error {
+	w.once.Do(func() { w.err = context.Canceled }) // never dialed: never will be
+	if w.c != nil {
+		return w.c.Close()
+	}
+	return nil
+}
