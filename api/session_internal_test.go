@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"golang.org/x/net/http2"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fencelock/fencelock"
@@ -20,6 +21,7 @@ import (
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
 	"github.com/fencelock/fencelock/server"
+	"github.com/gorilla/websocket"
 )
 
 // stalledNode is a node whose acquires stay on their way through Raft
@@ -177,5 +179,52 @@ func TestSession_EndEndsCallsInWaves(t *testing.T) {
 	defer mu.Unlock()
 	if ended != n || most > maxProposing || most == 0 {
 		t.Fatalf("ended %d of %d calls, at most %d ending at once; want all, at most %d at once", ended, n, most, maxProposing)
+	}
+}
+
+// TestWebSocket_silentClientIsClosed: the node ends a Session WebSocket
+// whose client sends nothing, not even the pongs to its pings; one that
+// reads (and so answers the pings) stays open.
+func TestWebSocket_silentClientIsClosed(t *testing.T) {
+	defer func(after, timeout time.Duration) { wsPingAfter, wsPingTimeout = after, timeout }(wsPingAfter, wsPingTimeout)
+	wsPingAfter, wsPingTimeout = 100*time.Millisecond, 100*time.Millisecond
+	addr := testproc.ServeH2C(t, sessionWebSocket(&stalledNode{raft: make(chan struct{})}))
+	dial := func() *websocket.Conn {
+		c, _, err := websocket.DefaultDialer.Dial("ws://"+addr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	silent, reading := dial(), dial()
+	pongs := make(chan *fencelockv1.SessionResponse, 1)
+	go func() {
+		for {
+			_, b, err := reading.ReadMessage() // answers the node's pings meanwhile
+			if err != nil {
+				return
+			}
+			m := &fencelockv1.SessionResponse{}
+			if proto.Unmarshal(b, m) == nil && m.Pong {
+				pongs <- m
+			}
+		}
+	}()
+	time.Sleep(600 * time.Millisecond) // past the ping and its timeout, twice
+	_ = silent.SetReadDeadline(time.Now().Add(2 * time.Second))
+	_, _, err := silent.ReadMessage()
+	var ne net.Error
+	if err == nil || errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("a silent client's socket: %v, want it closed by the node", err)
+	}
+	b, _ := proto.Marshal(&fencelockv1.SessionRequest{Ping: true})
+	if err := reading.WriteMessage(websocket.BinaryMessage, b); err != nil {
+		t.Fatalf("the reading client's socket was closed: %v", err)
+	}
+	select {
+	case <-pongs:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the reading client got no pong: its socket was closed")
 	}
 }

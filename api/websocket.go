@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
-	"github.com/fencelock/fencelock/server"
 )
 
 // WebSocketPath is where the Session stream runs over a WebSocket (RFC
@@ -21,7 +20,7 @@ const WebSocketPath = "/fencelock.v1.LockService/Session/websocket"
 // How the node finds a WebSocket client that vanished: it pings one that
 // has sent nothing for wsPingAfter and ends it when nothing comes within
 // wsPingAfter + wsPingTimeout.
-const (
+var (
 	wsPingAfter   = 10 * time.Second
 	wsPingTimeout = 5 * time.Second
 )
@@ -29,7 +28,7 @@ const (
 // sessionWebSocket runs the Session over a WebSocket upgraded from a
 // request that passed the same middleware as every call. Browsers' cross-
 // site requests are refused (the Origin must be the node's own).
-func sessionWebSocket(s *server.Server) http.Handler {
+func sessionWebSocket(n node) http.Handler {
 	up := websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
@@ -44,7 +43,7 @@ func sessionWebSocket(s *server.Server) http.Handler {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		go ws.ping(ctx)
-		_ = serveSession(ctx, s, ws)
+		_ = serveSession(ctx, n, ws)
 	})
 }
 
