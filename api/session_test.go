@@ -23,8 +23,13 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// carriers are the ways a Session stream reaches the node.
-var carriers = []string{"connect", "websocket"}
+// onEveryCarrier runs test once for each way a Session stream reaches the
+// node: a Connect stream on HTTP/2, a WebSocket.
+func onEveryCarrier(t *testing.T, test func(t *testing.T, carrier string)) {
+	for _, carrier := range []string{"connect", "websocket"} {
+		t.Run(carrier, func(t *testing.T) { test(t, carrier) })
+	}
+}
 
 // openSession opens a Session stream to n on carrier, until ctx ends.
 func openSession(t *testing.T, ctx context.Context, n *fencelocktest.Node, carrier string) *sessionConn {
@@ -146,11 +151,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 // TestSession_CallsRunAsTheirUnaryMethods: calls on one stream are answered
 // by id, as their unary methods would answer them, errors included.
-func TestSession_CallsRunAsTheirUnaryMethods(t *testing.T) {
-	for _, carrier := range carriers {
-		t.Run(carrier, func(t *testing.T) { testSession_CallsRunAsTheirUnaryMethods(t, carrier) })
-	}
-}
+func TestSession_CallsRunAsTheirUnaryMethods(t *testing.T) { onEveryCarrier(t, testSession_CallsRunAsTheirUnaryMethods) }
 
 func testSession_CallsRunAsTheirUnaryMethods(t *testing.T, carrier string) {
 	n := fencelocktest.StartNode(t)
@@ -184,11 +185,7 @@ func testSession_CallsRunAsTheirUnaryMethods(t *testing.T, carrier string) {
 // has left the queue when its answer comes (its caller withdrew it), while
 // the other call's stays; every call of a stream that broke leaves no
 // waiter once the grace is over.
-func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) {
-	for _, carrier := range carriers {
-		t.Run(carrier, func(t *testing.T) { testSession_CancelAndStreamEndTakeWaitsBack(t, carrier) })
-	}
-}
+func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) { onEveryCarrier(t, testSession_CancelAndStreamEndTakeWaitsBack) }
 
 func testSession_CancelAndStreamEndTakeWaitsBack(t *testing.T, carrier string) {
 	n := fencelocktest.StartNode(t)
@@ -218,11 +215,7 @@ func testSession_CancelAndStreamEndTakeWaitsBack(t *testing.T, carrier string) {
 
 // TestSession_RefusesDuplicateIDs: a call whose id runs already on the
 // stream is refused; the running one is not disturbed.
-func TestSession_RefusesDuplicateIDs(t *testing.T) {
-	for _, carrier := range carriers {
-		t.Run(carrier, func(t *testing.T) { testSession_RefusesDuplicateIDs(t, carrier) })
-	}
-}
+func TestSession_RefusesDuplicateIDs(t *testing.T) { onEveryCarrier(t, testSession_RefusesDuplicateIDs) }
 
 func testSession_RefusesDuplicateIDs(t *testing.T, carrier string) {
 	n := fencelocktest.StartNode(t)
