@@ -48,7 +48,7 @@ func Handler(s *server.Server) http.Handler {
 	mux.Handle(path, h)
 	cpath, ch := fencelockv1connect.NewClusterServiceHandler(&clusterAPI{s}, opts)
 	mux.Handle(cpath, ch)
-	mux.Handle(WebSocketPath, sessionWebSocket(s))
+	mux.Handle(WebSocketPath, sessionWebSocket(s, defaultWSPing))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.Gatherer(), promhttp.HandlerOpts{}))
 	ui := uiHandler(s)
 	mux.Handle("/ui", ui)

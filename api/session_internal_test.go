@@ -186,9 +186,8 @@ func TestSession_EndEndsCallsInWaves(t *testing.T) {
 // whose client sends nothing, not even the pongs to its pings; one that
 // reads (and so answers the pings) stays open.
 func TestWebSocket_silentClientIsClosed(t *testing.T) {
-	defer func(after, timeout time.Duration) { wsPingAfter, wsPingTimeout = after, timeout }(wsPingAfter, wsPingTimeout)
-	wsPingAfter, wsPingTimeout = 100*time.Millisecond, 100*time.Millisecond
-	addr := testproc.ServeH2C(t, sessionWebSocket(&stalledNode{raft: make(chan struct{})}))
+	ping := wsPing{after: 100 * time.Millisecond, timeout: 100 * time.Millisecond}
+	addr := testproc.ServeH2C(t, sessionWebSocket(&stalledNode{raft: make(chan struct{})}, ping))
 	dial := func() *websocket.Conn {
 		c, _, err := websocket.DefaultDialer.Dial("ws://"+addr, nil)
 		if err != nil {

@@ -17,18 +17,17 @@ import (
 // the Connect stream.
 const WebSocketPath = "/fencelock.v1.LockService/Session/websocket"
 
-// How the node finds a WebSocket client that vanished: it pings one that
-// has sent nothing for wsPingAfter and ends it when nothing comes within
-// wsPingAfter + wsPingTimeout.
-var (
-	wsPingAfter   = 10 * time.Second
-	wsPingTimeout = 5 * time.Second
-)
+// wsPing is how the node finds a WebSocket client that vanished: it pings
+// every after, and ends a socket that sent nothing, pongs included, for
+// after + timeout.
+type wsPing struct{ after, timeout time.Duration }
+
+var defaultWSPing = wsPing{after: 10 * time.Second, timeout: 5 * time.Second}
 
 // sessionWebSocket runs the Session over a WebSocket upgraded from a
 // request that passed the same middleware as every call. Browsers' cross-
 // site requests are refused (the Origin must be the node's own).
-func sessionWebSocket(n node) http.Handler {
+func sessionWebSocket(n node, p wsPing) http.Handler {
 	up := websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
@@ -37,7 +36,7 @@ func sessionWebSocket(n node) http.Handler {
 		}
 		defer c.Close()
 		c.SetReadLimit(maxMessageBytes)
-		ws := &wsStream{c: c}
+		ws := &wsStream{c: c, p: p}
 		ws.alive()
 		c.SetPongHandler(func(string) error { ws.alive(); return nil })
 		ctx, cancel := context.WithCancel(r.Context())
@@ -48,21 +47,24 @@ func sessionWebSocket(n node) http.Handler {
 }
 
 // wsStream is a Session stream on a WebSocket.
-type wsStream struct{ c *websocket.Conn }
+type wsStream struct {
+	c *websocket.Conn
+	p wsPing
+}
 
 // alive moves the read deadline on: the client was heard from.
-func (ws *wsStream) alive() { _ = ws.c.SetReadDeadline(time.Now().Add(wsPingAfter + wsPingTimeout)) }
+func (ws *wsStream) alive() { _ = ws.c.SetReadDeadline(time.Now().Add(ws.p.after + ws.p.timeout)) }
 
-// ping pings the client every wsPingAfter until ctx ends.
+// ping pings the client every p.after until ctx ends.
 func (ws *wsStream) ping(ctx context.Context) {
-	t := time.NewTicker(wsPingAfter)
+	t := time.NewTicker(ws.p.after)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_ = ws.c.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsPingTimeout))
+			_ = ws.c.WriteControl(websocket.PingMessage, nil, time.Now().Add(ws.p.timeout))
 		}
 	}
 }
