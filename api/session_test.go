@@ -151,7 +151,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 // TestSession_CallsRunAsTheirUnaryMethods: calls on one stream are answered
 // by id, as their unary methods would answer them, errors included.
-func TestSession_CallsRunAsTheirUnaryMethods(t *testing.T) { onEveryCarrier(t, testSession_CallsRunAsTheirUnaryMethods) }
+func TestSession_CallsRunAsTheirUnaryMethods(t *testing.T) {
+	onEveryCarrier(t, testSession_CallsRunAsTheirUnaryMethods)
+}
 
 func testSession_CallsRunAsTheirUnaryMethods(t *testing.T, carrier string) {
 	n := fencelocktest.StartNode(t)
@@ -185,7 +187,9 @@ func testSession_CallsRunAsTheirUnaryMethods(t *testing.T, carrier string) {
 // has left the queue when its answer comes (its caller withdrew it), while
 // the other call's stays; every call of a stream that broke leaves no
 // waiter once the grace is over.
-func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) { onEveryCarrier(t, testSession_CancelAndStreamEndTakeWaitsBack) }
+func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) {
+	onEveryCarrier(t, testSession_CancelAndStreamEndTakeWaitsBack)
+}
 
 func testSession_CancelAndStreamEndTakeWaitsBack(t *testing.T, carrier string) {
 	n := fencelocktest.StartNode(t)
@@ -215,7 +219,9 @@ func testSession_CancelAndStreamEndTakeWaitsBack(t *testing.T, carrier string) {
 
 // TestSession_RefusesDuplicateIDs: a call whose id runs already on the
 // stream is refused; the running one is not disturbed.
-func TestSession_RefusesDuplicateIDs(t *testing.T) { onEveryCarrier(t, testSession_RefusesDuplicateIDs) }
+func TestSession_RefusesDuplicateIDs(t *testing.T) {
+	onEveryCarrier(t, testSession_RefusesDuplicateIDs)
+}
 
 func testSession_RefusesDuplicateIDs(t *testing.T, carrier string) {
 	n := fencelocktest.StartNode(t)
