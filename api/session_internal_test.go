@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ import (
 // until raft is closed, then are granted.
 type stalledNode struct {
 	raft    chan struct{}
+	ended   chan struct{} // if set, gets a value for each acquire whose context ended
 	tokens  sync.Mutex
 	granted fencelock.Token
 }
@@ -36,6 +38,9 @@ func (n *stalledNode) Acquire(ctx context.Context, req server.AcquireRequest) (f
 	select {
 	case <-n.raft:
 	case <-ctx.Done():
+		if n.ended != nil {
+			n.ended <- struct{}{}
+		}
 		return fencelock.Grant{}, ctx.Err()
 	}
 	n.tokens.Lock()
@@ -225,5 +230,69 @@ func TestWebSocket_silentClientIsClosed(t *testing.T) {
 	case <-pongs:
 	case <-time.After(2 * time.Second):
 		t.Fatal("the reading client got no pong: its socket was closed")
+	}
+}
+
+// TestWebSocket_closeFrameEndsTheCalls: a client's close frame ends its
+// stream as a broken one: the calls waiting on it end (nothing could be
+// sent after it), rather than waiting to answer into a closed socket.
+func TestWebSocket_closeFrameEndsTheCalls(t *testing.T) {
+	n := &stalledNode{raft: make(chan struct{}), ended: make(chan struct{}, 1)}
+	addr := testproc.ServeH2C(t, sessionWebSocket(n, defaultWSPing))
+	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, _ := proto.Marshal(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{{Id: 1, Op: &fencelockv1.Call_Acquire{
+		Acquire: &fencelockv1.AcquireRequest{Name: "l", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)}}}}})
+	if err := c.WriteMessage(websocket.BinaryMessage, b); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the call waits
+	if err := c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call still waits 5 s after its client closed the socket")
+	}
+}
+
+// TestWebSocket_clientThatStopsReadingIsEnded: a send to a client that
+// takes nothing fails once the silent client's time is up, so that its
+// session, and the socket, end.
+func TestWebSocket_clientThatStopsReadingIsEnded(t *testing.T) {
+	p := wsPing{after: 100 * time.Millisecond, timeout: 100 * time.Millisecond}
+	failed := make(chan time.Duration, 1)
+	up := websocket.Upgrader{}
+	addr := testproc.ServeH2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		ws := &wsStream{c: c, p: p}
+		big := &fencelockv1.SessionResponse{Results: []*fencelockv1.Result{{Id: 1, Result: &fencelockv1.Result_Error{
+			Error: &fencelockv1.Status{Message: strings.Repeat("x", 1<<20)}}}}}
+		start := time.Now()
+		for time.Since(start) < 10*time.Second {
+			if err := ws.Send(big); err != nil {
+				failed <- time.Since(start)
+				return
+			}
+		}
+	}))
+	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close() // never read
+	select {
+	case d := <-failed:
+		t.Logf("the send failed after %v", d.Round(time.Millisecond))
+	case <-time.After(8 * time.Second):
+		t.Fatal("sends to a client that reads nothing still block after 8 s")
 	}
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"time"
 
@@ -69,11 +68,13 @@ func (ws *wsStream) ping(ctx context.Context) {
 	}
 }
 
+// Receive reads the next message. A close frame ends the stream as a
+// broken one (its calls end, their requests keep their place for a
+// retry): after it nothing more can be sent, so no call is left to be
+// answered into a closed socket.
 func (ws *wsStream) Receive() (*fencelockv1.SessionRequest, error) {
 	typ, b, err := ws.c.ReadMessage()
 	switch {
-	case websocket.IsCloseError(err, websocket.CloseNormalClosure):
-		return nil, io.EOF
 	case err != nil:
 		return nil, err
 	case typ != websocket.BinaryMessage:
@@ -87,10 +88,13 @@ func (ws *wsStream) Receive() (*fencelockv1.SessionRequest, error) {
 	return m, nil
 }
 
+// Send writes m, failing if the client has not taken it within the time
+// a silent client is given (it stopped reading: the session ends).
 func (ws *wsStream) Send(m *fencelockv1.SessionResponse) error {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		return err
 	}
+	_ = ws.c.SetWriteDeadline(time.Now().Add(ws.p.after + ws.p.timeout))
 	return ws.c.WriteMessage(websocket.BinaryMessage, b)
 }

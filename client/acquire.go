@@ -122,10 +122,6 @@ func (a *acquisition) run(ctx context.Context) (*Lock, error) {
 		switch {
 		case err == nil:
 			return a.granted(ctx, g)
-		case a.gaveUp(ctx) && withdrawn(err):
-			// The node learns from the call's cancel, and takes it back.
-			a.state = stateAbandoned
-			return nil, a.gaveUpError(ctx, nil)
 		case a.gaveUp(ctx):
 			return nil, a.abandon(a.gaveUpError(ctx, err))
 		case errors.Is(err, fencelock.ErrLockHeld) && a.waitLeft():
@@ -240,22 +236,13 @@ func (a *acquisition) granted(ctx context.Context, g *fencelockv1.Grant) (*Lock,
 	return a.c.newLock(g, start, seqStart, a.o.margin), nil
 }
 
-// withdrawn reports whether a call ended because its caller gave up and
-// was cancelled on its Session stream, with no answer of unknown outcome
-// before it (a retry's): the node takes its request back itself, before it
-// answers the cancel. A unary call has no cancel the node can tell from a
-// broken connection, so its client sends CancelWait (abandon).
-func withdrawn(err error) bool {
-	return errors.Is(err, errWithdrawn) && !retryable(err)
-}
-
 // abandon ends with err an acquisition that may have left something on
-// the service with no call of it cancelled on a stream: a place kept
-// between calls, a unary call given up, a request whose outcome is
-// unknown, a grant that came too late or whose renewal failed. It sends CancelWait at once, in the background,
-// on a context of its own. The node takes a place or an unknown request
-// back by itself too, a few seconds after the request's last call ended;
-// this is sooner, and it also ends a grant the caller will not use.
+// the service (a place in the queue, a grant): it sends CancelWait at
+// once, in the background, on a context of its own. The node takes a
+// request back by itself too: at once when the call was cancelled on its
+// stream, 3 s after a call that ended otherwise. This covers what the
+// node cannot see: a grant already on its way when the cancel arrived, an
+// earlier attempt whose outcome was unknown, a place kept between calls.
 func (a *acquisition) abandon(err error) error {
 	a.state = stateAbandoned
 	done := a.c.takeBacks.hold(a.o.requestID)

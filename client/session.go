@@ -164,13 +164,9 @@ func (n *sessionNode) do(ctx context.Context, c *fencelockv1.Call) (*fencelockv1
 		return nil, wire.NoAnswer(st.err)
 	case <-ctx.Done():
 		st.drop(id)
-		return nil, fmt.Errorf("%w: %w", errWithdrawn, ctx.Err())
+		return nil, ctx.Err()
 	}
 }
-
-// errWithdrawn marks a call whose caller gave up and that was cancelled on
-// its stream, or never sent: the node takes back what it left there.
-var errWithdrawn = errors.New("call cancelled on its stream")
 
 // add queues call c and returns the channel of its result.
 func (st *stream) add(c *fencelockv1.Call) (chan *fencelockv1.Result, uint64) {

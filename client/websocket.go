@@ -77,8 +77,8 @@ func (w *wsCarrier) conn() (*websocket.Conn, error) {
 		if resp != nil && resp.Body != nil {
 			resp.Body.Close()
 		}
-		if errors.Is(w.err, websocket.ErrBadHandshake) && resp != nil {
-			// The node, or a proxy before it, answered without upgrading.
+		if errors.Is(w.err, websocket.ErrBadHandshake) && resp != nil && !passing(resp.StatusCode) {
+			// The node, or a proxy before it, does not upgrade.
 			w.err = fmt.Errorf("%s answered %s to a WebSocket upgrade: %w", w.dial.url, resp.Status, errNoStreams)
 		}
 		if w.c != nil {
@@ -121,4 +121,12 @@ func (w *wsCarrier) CloseResponse() error {
 		return w.c.Close()
 	}
 	return nil
+}
+
+// passing reports whether an answer to an upgrade says only that the node
+// cannot take it now (overloaded, restarting, a proxy without a node
+// behind it): the call is retried, and the next stream tries the upgrade
+// again. Any other answer means no WebSocket there.
+func passing(status int) bool {
+	return status == http.StatusTooManyRequests || status >= 500 && status != http.StatusNotImplemented && status != http.StatusHTTPVersionNotSupported
 }
