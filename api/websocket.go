@@ -47,8 +47,9 @@ func sessionWebSocket(n node, p wsPing) http.Handler {
 
 // wsStream is a Session stream on a WebSocket.
 type wsStream struct {
-	c *websocket.Conn
-	p wsPing
+	c           *websocket.Conn
+	p           wsPing
+	deadlineSet time.Time // when Send last moved the write deadline (Sends are serial)
 }
 
 // alive moves the read deadline on: the client was heard from.
@@ -95,6 +96,13 @@ func (ws *wsStream) Send(m *fencelockv1.SessionResponse) error {
 	if err != nil {
 		return err
 	}
-	_ = ws.c.SetWriteDeadline(time.Now().Add(ws.p.after + ws.p.timeout))
+	window := ws.p.after + ws.p.timeout
+	if now := time.Now(); now.Sub(ws.deadlineSet) > window/16 {
+		// Moved on at most 16 times a window: the deadline stays within
+		// a sixteenth of it, and a busy stream does not reset a timer per
+		// message.
+		ws.deadlineSet = now
+		_ = ws.c.SetWriteDeadline(now.Add(window))
+	}
 	return ws.c.WriteMessage(websocket.BinaryMessage, b)
 }
