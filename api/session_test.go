@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/api"
 	"github.com/fencelock/fencelock/fencelocktest"
+	"github.com/fencelock/fencelock/internal/testproc"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
@@ -140,13 +141,7 @@ func holdLock(t *testing.T, n *fencelocktest.Node, name fencelock.LockName) {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testproc.Eventually(t, what, cond)
 }
 
 // TestSession_CallsRunAsTheirUnaryMethods: calls on one stream are answered

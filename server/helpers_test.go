@@ -52,13 +52,7 @@ func openNodeWith(t *testing.T, tweak func(*Config)) *Server {
 
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testproc.Eventually(t, what, cond)
 }
 
 type acquired struct {
