@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -67,7 +68,7 @@ func serveSession(ctx context.Context, n node, st sessionStream) error {
 		}
 	}()
 	ss := &session{n: n, calls: make(map[uint64]*running), proposing: make(chan struct{}, maxProposing),
-		stream: ctx, base: context.WithoutCancel(ctx)}
+		stream: ctx, base: context.WithoutCancel(ctx), workers: workers{work: make(chan func())}}
 	ss.box = &outbox{st: st, sent: func(n int) {
 		ss.mu.Lock()
 		ss.active -= n
@@ -88,6 +89,7 @@ func serveSession(ctx context.Context, n node, st sessionStream) error {
 	ss.mu.Unlock()
 	ss.end(ctx)
 	ss.box.close()
+	ss.workers.close()
 	return nil
 }
 
@@ -149,6 +151,7 @@ type session struct {
 	proposing chan struct{}
 	stream    context.Context // ends when the stream breaks: its callers are gone
 	base      context.Context // of the calls: it ends only when end ends them
+	workers   workers         // the goroutines the calls run on
 
 	mu     sync.Mutex
 	calls  map[uint64]*running // by id
@@ -238,7 +241,7 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 	ss.calls[c.Id] = rn
 	ss.wg.Add(1)
 	ss.mu.Unlock()
-	go func() {
+	ss.workers.run(func() {
 		defer ss.wg.Done()
 		r := run(cctx, ss.n, c, free, ss.gone)
 		free()
@@ -248,9 +251,47 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 		ss.mu.Unlock()
 		close(rn.done)
 		ss.box.put(r, false)
-	}()
+	})
 	return nil
 }
+
+// maxIdleWorkers bounds a session's goroutines kept waiting for calls.
+const maxIdleWorkers = 64
+
+// workers runs a session's calls on goroutines kept between calls: a call
+// goes deep (Raft's Apply, a signature), and a new goroutine grows its
+// stack by copying it several times on the way, which cost 9 % of a busy
+// node's CPU; a goroutine kept grows it once.
+type workers struct {
+	work chan func() // unbuffered: a send succeeds only to an idle worker
+	idle atomic.Int32
+}
+
+// run runs fn on an idle worker, or on a new one if none is idle.
+func (w *workers) run(fn func()) {
+	select {
+	case w.work <- fn:
+	default:
+		go w.loop(fn)
+	}
+}
+
+// loop runs fn, then waits for more, unless maxIdleWorkers wait already,
+// until close.
+func (w *workers) loop(fn func()) {
+	for fn != nil {
+		fn()
+		if w.idle.Add(1) > maxIdleWorkers {
+			w.idle.Add(-1)
+			return
+		}
+		fn = <-w.work // nil once closed
+		w.idle.Add(-1)
+	}
+}
+
+// close ends the idle workers; run must not be called after it.
+func (w *workers) close() { close(w.work) }
 
 // outbox sends a stream's answers on the goroutines that make them, with
 // no writer of its own to hand them to: the one that finds nobody sending

@@ -296,3 +296,38 @@ func TestWebSocket_clientThatStopsReadingIsEnded(t *testing.T) {
 		t.Fatal("sends to a client that reads nothing still block after 8 s")
 	}
 }
+
+// TestWorkers_reuseIdleGoroutines: a call that finds a worker idle runs
+// on it (no goroutine of its own); at most maxIdleWorkers stay idle; close
+// ends them.
+func TestWorkers_reuseIdleGoroutines(t *testing.T) {
+	w := &workers{work: make(chan func())}
+	idle := func(n int32) {
+		t.Helper()
+		testproc.Eventually(t, fmt.Sprintf("%d idle workers", n), func() bool { return w.idle.Load() == n })
+	}
+	var ran sync.WaitGroup
+	ran.Add(1)
+	w.run(ran.Done)
+	ran.Wait()
+	idle(1)
+
+	release := make(chan struct{})
+	started := make(chan struct{}, 2*maxIdleWorkers)
+	block := func() { started <- struct{}{}; <-release }
+	w.run(block)
+	<-started
+	if n := w.idle.Load(); n != 0 {
+		t.Fatalf("%d workers idle while the only one runs a call: the call did not go to the idle worker", n)
+	}
+	for range 2*maxIdleWorkers - 1 {
+		w.run(block)
+	}
+	for range 2*maxIdleWorkers - 1 {
+		<-started
+	}
+	close(release)
+	idle(maxIdleWorkers)
+	w.close()
+	idle(0)
+}
