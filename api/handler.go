@@ -44,11 +44,12 @@ func Handler(s *server.Server) http.Handler {
 	// shrink, and gzip took a fifth of the node's CPU. It still reads
 	// compressed requests.
 	opts := connect.WithHandlerOptions(connect.WithReadMaxBytes(maxMessageBytes), connect.WithCompressMinBytes(math.MaxInt))
-	path, h := fencelockv1connect.NewLockServiceHandler(&lockAPI{s}, opts)
+	wk := newWorkers(s.Done())
+	path, h := fencelockv1connect.NewLockServiceHandler(&lockAPI{s, wk}, opts)
 	mux.Handle(path, h)
 	cpath, ch := fencelockv1connect.NewClusterServiceHandler(&clusterAPI{s}, opts)
 	mux.Handle(cpath, ch)
-	mux.Handle(WebSocketPath, sessionWebSocket(s, defaultWSPing))
+	mux.Handle(WebSocketPath, sessionWebSocket(s, wk, defaultWSPing))
 	mux.Handle("/metrics", promhttp.HandlerFor(s.Gatherer(), promhttp.HandlerOpts{}))
 	ui := uiHandler(s)
 	mux.Handle("/ui", ui)
@@ -152,7 +153,10 @@ func (c *bufferedConn) CloseWrite() error {
 }
 
 // lockAPI adapts the node to the generated LockService interface.
-type lockAPI struct{ s *server.Server }
+type lockAPI struct {
+	s       *server.Server
+	workers *workers // the node's, shared by its sessions
+}
 
 var _ fencelockv1connect.LockServiceHandler = (*lockAPI)(nil)
 

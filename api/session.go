@@ -44,7 +44,7 @@ const maxResults = 256
 // stream the client closes cleanly (io.EOF) still gets the answers of its
 // calls under way.
 func (a *lockAPI) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
-	return serveSession(ctx, a.s, st)
+	return serveSession(ctx, a.s, a.workers, st)
 }
 
 // sessionStream is one Session stream: a Connect stream, or a WebSocket.
@@ -56,8 +56,9 @@ type sessionStream interface {
 // errTextMessage ends a WebSocket stream that sent text.
 var errTextMessage = errors.New("a Session WebSocket carries binary messages only")
 
-// serveSession runs stream st's calls on n (lockAPI.Session).
-func serveSession(ctx context.Context, n node, st sessionStream) error {
+// serveSession runs stream st's calls on n, each on one of w
+// (lockAPI.Session).
+func serveSession(ctx context.Context, n node, w *workers, st sessionStream) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { // the node closes: the stream ends
@@ -68,7 +69,7 @@ func serveSession(ctx context.Context, n node, st sessionStream) error {
 		}
 	}()
 	ss := &session{n: n, calls: make(map[uint64]*running), proposing: make(chan struct{}, maxProposing),
-		stream: ctx, base: context.WithoutCancel(ctx), workers: workers{work: make(chan func())}}
+		stream: ctx, base: context.WithoutCancel(ctx), workers: w}
 	ss.box = &outbox{st: st, sent: func(n int) {
 		ss.mu.Lock()
 		ss.active -= n
@@ -89,7 +90,6 @@ func serveSession(ctx context.Context, n node, st sessionStream) error {
 	ss.mu.Unlock()
 	ss.end(ctx)
 	ss.box.close()
-	ss.workers.close()
 	return nil
 }
 
@@ -151,7 +151,7 @@ type session struct {
 	proposing chan struct{}
 	stream    context.Context // ends when the stream breaks: its callers are gone
 	base      context.Context // of the calls: it ends only when end ends them
-	workers   workers         // the goroutines the calls run on
+	workers   *workers        // the goroutines the calls run on
 
 	mu     sync.Mutex
 	calls  map[uint64]*running // by id
@@ -255,16 +255,23 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 	return nil
 }
 
-// maxIdleWorkers bounds a session's goroutines kept waiting for calls.
-const maxIdleWorkers = 64
+// maxIdleWorkers bounds the goroutines a node keeps waiting for calls.
+const maxIdleWorkers = 256
 
-// workers runs a session's calls on goroutines kept between calls: a call
-// goes deep (Raft's Apply, a signature), and a new goroutine grows its
-// stack by copying it several times on the way, which cost 9 % of a busy
-// node's CPU; a goroutine kept grows it once.
+// workers runs the calls of a node's sessions on goroutines kept between
+// calls: a call goes deep (Raft's Apply, a signature), and a new goroutine
+// grows its stack by copying it several times on the way, which cost 9 %
+// of a busy node's CPU; a goroutine kept grows it once. At most
+// maxIdleWorkers wait, whatever the number of sessions; they end when the
+// node closes.
 type workers struct {
-	work chan func() // unbuffered: a send succeeds only to an idle worker
+	work chan func()     // unbuffered: a send succeeds only to an idle worker
+	done <-chan struct{} // the node closed
 	idle atomic.Int32
+}
+
+func newWorkers(done <-chan struct{}) *workers {
+	return &workers{work: make(chan func()), done: done}
 }
 
 // run runs fn on an idle worker, or on a new one if none is idle.
@@ -276,22 +283,24 @@ func (w *workers) run(fn func()) {
 	}
 }
 
-// loop runs fn, then waits for more, unless maxIdleWorkers wait already,
-// until close.
+// loop runs fn, then waits for more unless maxIdleWorkers wait already,
+// until the node closes.
 func (w *workers) loop(fn func()) {
-	for fn != nil {
+	for {
 		fn()
 		if w.idle.Add(1) > maxIdleWorkers {
 			w.idle.Add(-1)
 			return
 		}
-		fn = <-w.work // nil once closed
-		w.idle.Add(-1)
+		select {
+		case fn = <-w.work:
+			w.idle.Add(-1)
+		case <-w.done:
+			w.idle.Add(-1)
+			return
+		}
 	}
 }
-
-// close ends the idle workers; run must not be called after it.
-func (w *workers) close() { close(w.work) }
 
 // outbox sends a stream's answers on the goroutines that make them, with
 // no writer of its own to hand them to: the one that finds nobody sending

@@ -73,7 +73,7 @@ type sessionOnly struct {
 }
 
 func (h sessionOnly) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
-	return serveSession(ctx, h.n, st)
+	return serveSession(ctx, h.n, newWorkers(h.n.Done()), st)
 }
 
 // TestSession_ReadsNoFurtherWhileMaxProposingAreInRaft: a stream with
@@ -192,7 +192,7 @@ func TestSession_EndEndsCallsInWaves(t *testing.T) {
 // reads (and so answers the pings) stays open.
 func TestWebSocket_silentClientIsClosed(t *testing.T) {
 	ping := wsPing{after: 100 * time.Millisecond, timeout: 100 * time.Millisecond}
-	addr := testproc.ServeH2C(t, sessionWebSocket(&stalledNode{raft: make(chan struct{})}, ping))
+	addr := testproc.ServeH2C(t, sessionWebSocket(&stalledNode{raft: make(chan struct{})}, newWorkers(nil), ping))
 	dial := func() *websocket.Conn {
 		c, _, err := websocket.DefaultDialer.Dial("ws://"+addr, nil)
 		if err != nil {
@@ -238,7 +238,7 @@ func TestWebSocket_silentClientIsClosed(t *testing.T) {
 // sent after it), rather than waiting to answer into a closed socket.
 func TestWebSocket_closeFrameEndsTheCalls(t *testing.T) {
 	n := &stalledNode{raft: make(chan struct{}), ended: make(chan struct{}, 1)}
-	addr := testproc.ServeH2C(t, sessionWebSocket(n, defaultWSPing))
+	addr := testproc.ServeH2C(t, sessionWebSocket(n, newWorkers(n.Done()), defaultWSPing))
 	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -298,10 +298,11 @@ func TestWebSocket_clientThatStopsReadingIsEnded(t *testing.T) {
 }
 
 // TestWorkers_reuseIdleGoroutines: a call that finds a worker idle runs
-// on it (no goroutine of its own); at most maxIdleWorkers stay idle; close
-// ends them.
+// on it (no goroutine of its own); at most maxIdleWorkers stay idle; they
+// end when the node closes.
 func TestWorkers_reuseIdleGoroutines(t *testing.T) {
-	w := &workers{work: make(chan func())}
+	done := make(chan struct{})
+	w := newWorkers(done)
 	idle := func(n int32) {
 		t.Helper()
 		testproc.Eventually(t, fmt.Sprintf("%d idle workers", n), func() bool { return w.idle.Load() == n })
@@ -328,6 +329,6 @@ func TestWorkers_reuseIdleGoroutines(t *testing.T) {
 	}
 	close(release)
 	idle(maxIdleWorkers)
-	w.close()
+	close(done)
 	idle(0)
 }

@@ -26,7 +26,7 @@ var defaultWSPing = wsPing{after: 10 * time.Second, timeout: 5 * time.Second}
 // sessionWebSocket runs the Session over a WebSocket upgraded from a
 // request that passed the same middleware as every call. Browsers' cross-
 // site requests are refused (the Origin must be the node's own).
-func sessionWebSocket(n node, p wsPing) http.Handler {
+func sessionWebSocket(n node, wk *workers, p wsPing) http.Handler {
 	up := websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
@@ -41,7 +41,7 @@ func sessionWebSocket(n node, p wsPing) http.Handler {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		go ws.ping(ctx)
-		_ = serveSession(ctx, n, ws)
+		_ = serveSession(ctx, n, wk, ws)
 	})
 }
 
