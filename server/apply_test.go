@@ -8,48 +8,41 @@ import (
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
-	"github.com/fencelock/fencelock/internal/testproc"
 )
 
-// TestApply_givesUpAfterApplyTimeoutWithoutADeadline: a proposal that
-// cannot commit (the leader lost its followers) fails with ErrUnavailable
-// after ApplyTimeout when the caller's context has no deadline, before
-// the leader's lease would end it.
+// TestApply_givesUpAfterApplyTimeoutWithoutADeadline: a proposal whose
+// entry does not finish applying (here the FSM's goroutine is held up
+// handing the grant to its calls) fails with ErrUnavailable after
+// ApplyTimeout when the caller's context has no deadline.
 func TestApply_givesUpAfterApplyTimeoutWithoutADeadline(t *testing.T) {
-	var peers []Peer
-	for i := range 3 {
-		peers = append(peers, Peer{ID: string(rune('a' + i)), RaftAddr: testproc.FreeAddr(t)})
-	}
 	const applyTimeout = 100 * time.Millisecond
-	nodes := make([]*Server, len(peers))
-	for i := range peers {
-		nodes[i] = openNodeWith(t, func(cfg *Config) {
-			cfg.NodeID, cfg.RaftAddr, cfg.Bootstrap = peers[i].ID, peers[i].RaftAddr, peers
-			cfg.HeartbeatTimeout, cfg.ElectionTimeout = 2*time.Second, 2*time.Second // the lease outlasts the timeout
-			cfg.ApplyTimeout = applyTimeout
-		})
-	}
-	var leader *Server
-	eventually(t, "a leader", func() bool {
-		for _, s := range nodes {
-			if s.Ready() {
-				leader = s
-			}
-		}
-		return leader != nil
-	})
-	for _, s := range nodes {
-		if s != leader {
-			s.Close()
-		}
-	}
+	s := openInProcessWith(t, func(cfg *Config) { cfg.ApplyTimeout = applyTimeout })
+	acquire := fsm.Acquire{Name: "x", RequestID: "r1", LeaseID: fencelock.NewLeaseID(), TTL: int64(10 * time.Second)}
+
+	s.claims.mu.Lock() // the grant's delivery to its calls waits for it
 	start := time.Now()
-	_, err := leader.Apply(context.Background(), fsm.Acquire{Name: "x", LeaseID: fencelock.NewLeaseID(), TTL: int64(10 * time.Second)})
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Apply(context.Background(), acquire)
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		s.claims.mu.Unlock()
+		t.Fatalf("Apply without a deadline still waits, 10 s after its ApplyTimeout (%v)", applyTimeout)
+	}
 	took := time.Since(start)
+	s.claims.mu.Unlock()
 	if !errors.Is(err, fencelock.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Apply without followers = %v, want ErrUnavailable and DeadlineExceeded", err)
+		t.Fatalf("Apply of an entry held up = %v, want ErrUnavailable and DeadlineExceeded", err)
 	}
 	if took < applyTimeout {
 		t.Fatalf("Apply gave up after %v, before ApplyTimeout (%v)", took, applyTimeout)
+	}
+	res, err := s.Apply(context.Background(), acquire) // the same request: it was granted meanwhile
+	if err != nil || res.Grant == nil {
+		t.Fatalf("Apply once the entry applied = %+v, %v; want the request's grant", res, err)
 	}
 }
