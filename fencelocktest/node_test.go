@@ -29,3 +29,38 @@ func TestStartNode(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStartCluster: a client given every node is granted by the leader,
+// and again by the next one once the leader is stopped, with a larger
+// token.
+func TestStartCluster(t *testing.T) {
+	cl := fencelocktest.StartCluster(t, 3, func(i int, c *server.Config) { c.MaxTTL = time.Minute })
+	if len(cl.Nodes) != 3 || len(cl.Peers) != 3 || cl.Peers[0].ID != "n1" {
+		t.Fatalf("cluster of %d nodes, peers %+v; want 3, n1 first", len(cl.Nodes), cl.Peers)
+	}
+	c, err := client.New(cl.Addrs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Acquire(t.Context(), "x", client.WithTTL(time.Second))
+	if err != nil {
+		t.Fatalf("acquire on the test cluster: %v", err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	old := cl.Leader()
+	cl.Nodes[old].Close()
+	cl.Nodes[old].Close() // again: nothing
+	l2, err := c.Acquire(t.Context(), "x", client.WithTTL(time.Second))
+	if err != nil {
+		t.Fatalf("acquire after the leader stopped: %v", err)
+	}
+	if now := cl.Leader(); now == old || now < 0 || l2.Token() <= l.Token() {
+		t.Fatalf("after the failover: leader %d (was %d), token %d after %d", now, old, l2.Token(), l.Token())
+	}
+	if err := l2.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

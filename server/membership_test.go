@@ -3,10 +3,6 @@ package server_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -20,87 +16,6 @@ import (
 	"github.com/fencelock/fencelock/server"
 )
 
-type memberNode struct {
-	s   *server.Server
-	hs  *http.Server
-	cfg server.Config
-}
-
-// startMemberNodes starts an in-process cluster of n voters, a to ..., with
-// tweak (if set) adjusting each node's config, and returns once one of them
-// is a ready leader that knows every member's API address.
-func startMemberNodes(t *testing.T, n int, tweak func(i int, cfg *server.Config)) ([]*memberNode, []server.Peer, int) {
-	t.Helper()
-	var peers []server.Peer
-	raft := make([]string, n)
-	for i := range n {
-		raft[i] = testproc.FreeAddr(t)
-		peers = append(peers, server.Peer{ID: string(rune('a' + i)), RaftAddr: raft[i]})
-	}
-	nodes := make([]*memberNode, n)
-	for i := range n {
-		cfg := server.DefaultConfig()
-		cfg.NodeID = peers[i].ID
-		cfg.DataDir = t.TempDir()
-		cfg.RaftAddr = raft[i]
-		cfg.APIAddr = testproc.FreeAddr(t)
-		cfg.Bootstrap = peers
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-		if tweak != nil {
-			tweak(i, &cfg)
-		}
-		nodes[i] = openMemberNode(t, cfg)
-	}
-	leader := -1
-	deadline := time.Now().Add(20 * time.Second)
-	for leader < 0 && time.Now().Before(deadline) {
-		for i, nd := range nodes {
-			st, _ := nd.s.Status()
-			if st.Ready && len(st.Members) == n {
-				all := true
-				for _, m := range st.Members {
-					all = all && m.APIAddr != ""
-				}
-				if all {
-					leader = i
-				}
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if leader < 0 {
-		t.Fatal("no ready leader with all API addresses")
-	}
-	return nodes, peers, leader
-}
-
-// openMemberNode opens a server with cfg and serves its API at cfg.APIAddr.
-func openMemberNode(t *testing.T, cfg server.Config) *memberNode {
-	t.Helper()
-	ln, err := net.Listen("tcp", cfg.APIAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Peers == nil {
-		cfg.Peers = api.Peers(nil, cfg.AdminToken)
-	}
-	s, err := server.Open(context.Background(), cfg)
-	if err != nil {
-		ln.Close()
-		t.Fatal(err)
-	}
-	nd := &memberNode{s: s, hs: &http.Server{Handler: api.Handler(s)}, cfg: cfg}
-	go nd.hs.Serve(ln)
-	t.Cleanup(nd.close)
-	return nd
-}
-
-// close stops the node (again: a no-op).
-func (nd *memberNode) close() {
-	nd.hs.Close()
-	nd.s.Close()
-}
-
 // TestRemoveMember_ConcurrentRemovalsKeepAQuorum: membership changes run
 // one at a time, each checking the quorum against the configuration as it
 // is. Two removals at once from four voters with one down each passed the
@@ -108,7 +23,8 @@ func (nd *memberNode) close() {
 // dead node}: no leader could ever be elected.
 func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
 	const n = 4
-	nodes, peers, leader := startMemberNodes(t, n, nil)
+	c := fencelocktest.StartCluster(t, n)
+	nodes, peers, leader := c.Nodes, c.Peers, c.Leader()
 	var others []int
 	for i := range n {
 		if i != leader {
@@ -116,7 +32,7 @@ func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
 		}
 	}
 	dead := others[2]
-	nodes[dead].close()
+	nodes[dead].Close()
 
 	ctx := context.Background()
 	errs := make([]error, 2)
@@ -125,13 +41,13 @@ func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[k] = nodes[leader].s.RemoveMember(ctx, peers[others[k]].ID)
+			errs[k] = nodes[leader].Server.RemoveMember(ctx, peers[others[k]].ID)
 		}()
 	}
 	wg.Wait()
 	t.Logf("remove %s: %v; remove %s: %v", peers[others[0]].ID, errs[0], peers[others[1]].ID, errs[1])
 	time.Sleep(3 * time.Second)
-	st, _ := nodes[leader].s.Status()
+	st, _ := nodes[leader].Server.Status()
 	var ids []string
 	for _, m := range st.Members {
 		ids = append(ids, m.ID)
@@ -153,7 +69,7 @@ func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
 // node it cannot reach: no entry could commit, and no leader be elected.
 func TestRemoveMember_VoterCutOffFromRaftDoesNotCount(t *testing.T) {
 	proxies := map[string]*netproxy.Proxy{} // in front of each node's Raft address
-	nodes, peers, leader := startMemberNodes(t, 3, func(i int, cfg *server.Config) {
+	c := fencelocktest.StartCluster(t, 3, func(i int, cfg *server.Config) {
 		if len(proxies) == 0 {
 			for _, p := range cfg.Bootstrap {
 				px, err := netproxy.Listen(p.RaftAddr)
@@ -171,6 +87,7 @@ func TestRemoveMember_VoterCutOffFromRaftDoesNotCount(t *testing.T) {
 			}
 		}
 	})
+	nodes, peers, leader := c.Nodes, c.Peers, c.Leader()
 	var followers []int
 	for i := range nodes {
 		if i != leader {
@@ -181,8 +98,8 @@ func TestRemoveMember_VoterCutOffFromRaftDoesNotCount(t *testing.T) {
 	proxies[peers[cut].ID].Block()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		st, _ := nodes[cut].s.Status()
-		if st.State != "follower" || st.LastContact > nodes[cut].cfg.HeartbeatTimeout {
+		st, _ := nodes[cut].Server.Status()
+		if st.State != "follower" || st.LastContact > nodes[cut].Server.Config().HeartbeatTimeout {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -190,15 +107,15 @@ func TestRemoveMember_VoterCutOffFromRaftDoesNotCount(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := nodes[cut].s.Status(); err != nil {
+	if _, err := nodes[cut].Server.Status(); err != nil {
 		t.Fatalf("the cut node's status: %v", err)
 	}
 
-	err := nodes[leader].s.RemoveMember(context.Background(), peers[other].ID)
+	err := nodes[leader].Server.RemoveMember(context.Background(), peers[other].ID)
 	if !errors.Is(err, fencelock.ErrPreconditionFailed) {
 		t.Fatalf("remove %s while %s is cut off from Raft (its API up) = %v; want ErrPreconditionFailed", peers[other].ID, peers[cut].ID, err)
 	}
-	if st, _ := nodes[leader].s.Status(); len(st.Members) != 3 {
+	if st, _ := nodes[leader].Server.Status(); len(st.Members) != 3 {
 		t.Fatalf("members after the refused removal: %+v", st.Members)
 	}
 }
