@@ -70,11 +70,9 @@ func serveSession(ctx context.Context, n node, w *workers, st sessionStream) err
 	}()
 	ss := &session{n: n, calls: make(map[uint64]*running), proposing: make(chan struct{}, maxProposing),
 		stream: ctx, base: context.WithoutCancel(ctx), workers: w}
-	ss.box = &outbox{st: st, sent: func(n int) {
-		ss.mu.Lock()
-		ss.active -= n
-		ss.mu.Unlock()
-	}}
+	ss.box = &outbox{st: st,
+		sent:  func(n int) { ss.active.Add(-int64(n)) },
+		alone: func() bool { return ss.active.Load() <= 1 }}
 	ss.box.idle.L = &ss.box.mu
 	read := make(chan error, 1)
 	go func() { read <- ss.read(ctx, st) }()
@@ -155,7 +153,7 @@ type session struct {
 
 	mu     sync.Mutex
 	calls  map[uint64]*running // by id
-	active int                 // calls running or with an answer not yet sent
+	active atomic.Int64        // calls running or with an answer not yet sent; grows under mu
 	closed bool                // the stream is ending
 }
 
@@ -219,15 +217,15 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 		ss.mu.Unlock()
 		return context.Canceled
 	}
-	if ss.active >= 2*maxSessionCalls {
+	if ss.active.Load() >= 2*maxSessionCalls {
 		ss.mu.Unlock()
 		return errTooManyCalls
 	}
-	ss.active++
+	active := ss.active.Add(1)
 	var refusal error
 	if _, dup := ss.calls[c.Id]; dup {
 		refusal = fmt.Errorf("call id %d is running on this stream: %w", c.Id, fencelock.ErrInvalidArgument)
-	} else if ss.active > maxSessionCalls {
+	} else if active > maxSessionCalls {
 		refusal = fmt.Errorf("more than %d calls on one stream: %w", maxSessionCalls, fencelock.ErrTooLarge)
 	}
 	if refusal != nil {
@@ -312,6 +310,9 @@ type outbox struct {
 		Send(*fencelockv1.SessionResponse) error
 	}
 	sent func(n int) // after each message, with its number of answers
+	// alone reports that no other call of the stream is running or waits
+	// to be answered: nobody could join a message, so none is waited for.
+	alone func() bool
 
 	mu      sync.Mutex
 	idle    sync.Cond // L is &mu; signalled when sending ends
@@ -335,7 +336,9 @@ func (o *outbox) put(r *fencelockv1.Result, pong bool) {
 	}
 	o.sending = true
 	o.mu.Unlock()
-	runtime.Gosched() // the calls that can finish now queue theirs: one message
+	if !o.alone() {
+		runtime.Gosched() // the calls that can finish now queue theirs: one message
+	}
 	o.mu.Lock()
 	for len(o.results) > 0 || o.pong {
 		n := min(len(o.results), maxResults)
