@@ -168,7 +168,7 @@ func fail(s *server.Server, method string, err error) error {
 
 func acquireRequest(m *fencelockv1.AcquireRequest) server.AcquireRequest {
 	return server.AcquireRequest{Name: fencelock.LockName(m.Name), TTL: m.Ttl.AsDuration(), Wait: m.Wait.AsDuration(),
-		RequestID: m.RequestId, Holder: m.Holder, KeepPlace: m.KeepPlace}
+		RequestID: m.RequestId, Holder: m.Holder, KeepPlace: m.KeepPlace, NoSequencer: m.NoSequencer}
 }
 
 func acquireResponse(g fencelock.Grant) *fencelockv1.AcquireResponse {

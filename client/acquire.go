@@ -192,7 +192,7 @@ func (a *acquisition) pause(ctx context.Context, called time.Time) {
 func (a *acquisition) send(ctx context.Context, wait time.Duration, keepPlace bool) (*fencelockv1.Grant, error) {
 	a.state = stateSent
 	req := &fencelockv1.AcquireRequest{Name: a.name, Ttl: durationpb.New(a.o.ttl), Wait: durationpb.New(wait),
-		RequestId: a.o.requestID, Holder: a.o.holder, KeepPlace: keepPlace && wait > 0}
+		RequestId: a.o.requestID, Holder: a.o.holder, KeepPlace: keepPlace && wait > 0, NoSequencer: !a.o.sequencer}
 	var g *fencelockv1.Grant
 	err := a.c.call(ctx, wait, func(ctx context.Context, ep *endpoint) error {
 		var err error
@@ -216,7 +216,7 @@ func (a *acquisition) granted(ctx context.Context, g *fencelockv1.Grant) (*Lock,
 	start, seqStart := a.first, a.first
 	if a.ownID || time.Since(start) > a.o.margin {
 		now := time.Now()
-		resp, err := a.c.renew(ctx, a.name, fencelock.LeaseID(g.LeaseId), fencelock.Token(g.Token), a.ownID)
+		resp, err := a.c.renew(ctx, a.name, fencelock.LeaseID(g.LeaseId), fencelock.Token(g.Token), a.ownID && a.o.sequencer)
 		switch {
 		case err == nil:
 			start = now
@@ -233,7 +233,7 @@ func (a *acquisition) granted(ctx context.Context, g *fencelockv1.Grant) (*Lock,
 		}
 	}
 	a.state = stateGranted
-	return a.c.newLock(g, start, seqStart, a.o.margin), nil
+	return a.c.newLock(g, start, seqStart, a.o.margin, a.o.sequencer), nil
 }
 
 // abandon ends with err an acquisition that may have left something on

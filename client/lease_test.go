@@ -24,7 +24,7 @@ func TestLock_ErrReadsTheDeadline(t *testing.T) {
 	}
 	defer c.Close()
 	g := &fencelockv1.Grant{Name: "l", Token: 7, LeaseId: string(fencelock.NewLeaseID()), Ttl: durationpb.New(time.Hour)}
-	l := c.newLock(g, time.Now(), time.Now(), time.Minute)
+	l := c.newLock(g, time.Now(), time.Now(), time.Minute, false)
 	defer func() {
 		l.mu.Lock()
 		l.timer.Stop()
@@ -89,11 +89,11 @@ func TestOnRenewGrid(t *testing.T) {
 	}
 }
 
-// TestLock_RenewalsSignOnlyOnceSequencerIsRead: a lock whose Sequencer was
-// never called renews without new sequencers; the first call, once the
-// grant's sequencer no longer covers the lease, gets one that does, and
-// from then on each renewal brings a new one.
-func TestLock_RenewalsSignOnlyOnceSequencerIsRead(t *testing.T) {
+// TestLock_SignsOnlyOnceSequencerIsRead: a grant without WithSequencer
+// carries no sequencer, and its renewals bring none while Sequencer is not
+// called; the first call gets one that covers the lease, and from then on
+// each renewal brings a new one.
+func TestLock_SignsOnlyOnceSequencerIsRead(t *testing.T) {
 	srv := testproc.StartServer(t)
 	c := quietTestClient(t, srv.Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -103,36 +103,61 @@ func TestLock_RenewalsSignOnlyOnceSequencerIsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	held := func() string {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.sequencer
+	if held := heldSequencer(l); held != "" {
+		t.Fatalf("a grant without WithSequencer carried sequencer %q", held)
 	}
-	leaseEnd := func(text string) time.Time {
-		t.Helper()
-		s, _, _, err := sequencer.Parse(text)
-		if err != nil {
-			t.Fatalf("sequencer %q: %v", text, err)
-		}
-		return s.LeaseEnd
-	}
-	first := held()
 	time.Sleep(1500 * time.Millisecond) // four renewals
 	if err := l.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if held() != first {
-		t.Fatal("renewals of a lock whose Sequencer was never read brought new sequencers")
-	}
-	if end := leaseEnd(first); end.After(time.Now()) {
-		t.Fatalf("the grant's sequencer covers the lease until %v, past its first TTL", end)
+	if held := heldSequencer(l); held != "" {
+		t.Fatal("renewals of a lock whose Sequencer was never read brought sequencers")
 	}
 	got := l.Sequencer()
-	if end := leaseEnd(got); !end.After(time.Now()) {
+	if end := leaseEnd(t, got); !end.After(time.Now()) {
 		t.Fatalf("Sequencer() = one whose lease ended at %v, want one covering the lease", end)
 	}
 	time.Sleep(1200 * time.Millisecond)
-	if now := held(); now == got || !leaseEnd(now).After(time.Now()) {
+	if now := heldSequencer(l); now == got || !leaseEnd(t, now).After(time.Now()) {
 		t.Fatal("after Sequencer was read, renewals did not bring sequencers that cover the lease")
 	}
+}
+
+// TestLock_WithSequencer: the grant brings its sequencer, for this lock
+// and token, and renewals bring new ones before Sequencer is called.
+func TestLock_WithSequencer(t *testing.T) {
+	srv := testproc.StartServer(t)
+	c := quietTestClient(t, srv.Addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := c.Acquire(ctx, "seq", WithTTL(time.Second), WithSequencer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	first := heldSequencer(l)
+	if s, _, _, err := sequencer.Parse(first); err != nil || s.Lock != "seq" || s.Token != l.Token() {
+		t.Fatalf("the grant's sequencer %q: %+v, %v; want one for lock seq, token %d", first, s, err, l.Token())
+	}
+	time.Sleep(1200 * time.Millisecond) // three renewals
+	if now := heldSequencer(l); now == first || !leaseEnd(t, now).After(time.Now()) {
+		t.Fatal("renewals of a lock acquired WithSequencer did not bring sequencers that cover the lease")
+	}
+}
+
+// heldSequencer is l's latest sequencer, without asking for one.
+func heldSequencer(l *Lock) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sequencer
+}
+
+// leaseEnd is the lease end that sequencer text states.
+func leaseEnd(t *testing.T, text string) time.Time {
+	t.Helper()
+	s, _, _, err := sequencer.Parse(text)
+	if err != nil {
+		t.Fatalf("sequencer %q: %v", text, err)
+	}
+	return s.LeaseEnd
 }

@@ -32,8 +32,9 @@ type Lock struct {
 	mu        sync.Mutex
 	deadline  time.Time   // monotonic: last confirmed renewal start + TTL - margin
 	sequencer string      // the latest: from the grant, then from renewals
-	seqUntil  time.Time   // the deadline as of the call that brought sequencer
-	seqWanted atomic.Bool // Sequencer was called: renewals bring new ones
+	seqUntil  time.Time   // the deadline as of the call that brought sequencer; zero if none
+	unsigned  bool        // the node signed none when asked: the cluster has no key
+	seqWanted atomic.Bool // WithSequencer, or Sequencer was called: renewals bring new ones
 	timer     *time.Timer // fires at deadline
 	renewal   *time.Timer // fires when the next renewal is due; runs renew
 	// renewing is held while a renewal runs, so that Release can wait
@@ -42,15 +43,19 @@ type Lock struct {
 }
 
 // newLock returns the Lock of grant g whose lease counts from start; its
-// sequencer covers the lease at least until seqStart + TTL.
-func (c *Client) newLock(g *fencelockv1.Grant, start, seqStart time.Time, margin time.Duration) *Lock {
+// sequencer, if any, covers the lease at least until seqStart + TTL.
+// seqAsked says that the grant was asked for one.
+func (c *Client) newLock(g *fencelockv1.Grant, start, seqStart time.Time, margin time.Duration, seqAsked bool) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{c: c, name: g.Name, token: fencelock.Token(g.Token), leaseID: fencelock.LeaseID(g.LeaseId),
 		ttl: g.Ttl.AsDuration(), margin: margin, cluster: g.ClusterId, ctx: ctx, cancel: cancel}
+	l.seqWanted.Store(seqAsked)
 	l.mu.Lock()
-	l.sequencer = g.Sequencer
 	l.deadline = start.Add(l.ttl - margin)
-	l.seqUntil = seqStart.Add(l.ttl - margin)
+	if l.sequencer = g.Sequencer; l.sequencer != "" {
+		l.seqUntil = seqStart.Add(l.ttl - margin)
+	}
+	l.unsigned = seqAsked && l.sequencer == ""
 	l.timer = time.AfterFunc(time.Until(l.deadline), l.deadlinePassed)
 	// Renewals run on a timer, not in a goroutine of their own: a lock
 	// released before its first renewal (most of them) costs no goroutine,
@@ -68,27 +73,32 @@ func (l *Lock) Token() fencelock.Token { return l.token }
 
 // Sequencer returns the grant's latest signed proof (package sequencer)
 // for resources that verify one, valid until the lease it came with ends:
-// the grant's, then each renewal's. Renewals bring new ones only once
-// Sequencer has been called (signing costs the node more than the rest of
-// a renewal); so the first call, when the grant's proof no longer covers
-// the lease, renews the lease first (a round trip, bounded by the renewal
-// interval). "" if the cluster signs none, or no proof covering the lease
-// could be had.
+// the grant's, then each renewal's. The node signs them only for holders
+// that ask (one signature costs it more than the rest of a grant): the
+// grant brings one with WithSequencer, renewals once Sequencer has been
+// called. So the first call without a proof covering the lease renews the
+// lease to get one (a round trip, bounded by the renewal interval). "" if
+// the cluster signs none, or no proof covering the lease could be had.
 func (l *Lock) Sequencer() string {
 	l.seqWanted.Store(true)
-	l.mu.Lock()
-	seq, fresh := l.sequencer, time.Now().Before(l.seqUntil)
-	l.mu.Unlock()
-	if fresh || seq == "" {
+	if seq, ok := l.currentSequencer(); ok {
 		return seq
 	}
 	l.renew()
+	seq, _ := l.currentSequencer()
+	return seq
+}
+
+// currentSequencer returns the latest sequencer if it covers the lease,
+// and whether no other is to be had now: it covers the lease, or the node
+// signs none.
+func (l *Lock) currentSequencer() (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if time.Now().Before(l.seqUntil) {
-		return l.sequencer
+		return l.sequencer, true
 	}
-	return ""
+	return "", l.unsigned
 }
 
 // ClusterID returns the id of the cluster that made the grant.
@@ -189,14 +199,18 @@ func (l *Lock) renew() {
 	interval := l.renewInterval()
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(l.ctx, interval)
-	resp, err := l.c.renew(rctx, l.name, l.leaseID, l.token, l.seqWanted.Load())
+	wanted := l.seqWanted.Load()
+	resp, err := l.c.renew(rctx, l.name, l.leaseID, l.token, wanted)
 	cancel()
 	switch {
 	case err == nil:
 		l.extend(start.Add(l.ttl - l.margin))
-		if seq := resp.GetSequencer(); seq != "" {
+		if wanted {
 			l.mu.Lock()
-			l.sequencer, l.seqUntil = seq, start.Add(l.ttl-l.margin)
+			if seq := resp.GetSequencer(); seq != "" {
+				l.sequencer, l.seqUntil = seq, start.Add(l.ttl-l.margin)
+			}
+			l.unsigned = resp.GetSequencer() == ""
 			l.mu.Unlock()
 		}
 		l.scheduleRenewal(onRenewGrid(l.c.born, time.Now(), interval))

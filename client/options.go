@@ -19,6 +19,7 @@ type acquireOptions struct {
 	margin    time.Duration
 	holder    string
 	requestID string
+	sequencer bool
 }
 
 // Option tunes one Acquire.
@@ -58,6 +59,13 @@ func WithHolder(h string) Option { return func(o *acquireOptions) { o.holder = h
 // is UTF-8 of at most 128 bytes with no zero byte; the node sees the
 // Client's instance and a hash of it.
 func WithRequestID(id string) Option { return func(o *acquireOptions) { o.requestID = id } }
+
+// WithSequencer has the grant bring its signed sequencer (Lock.Sequencer)
+// at once, and renewals new ones. Without it the node signs none until
+// Lock.Sequencer is first called, which then renews the lease to get one:
+// a round trip, against one signature per grant saved for the many
+// holders that only use the token.
+func WithSequencer() Option { return func(o *acquireOptions) { o.sequencer = true } }
 
 // validate checks the options of an Acquire of name, filling the default
 // safety margin. The lock's context ends at (last confirmed renewal + ttl -

@@ -127,6 +127,14 @@ func (s *Server) Keys() KeySet {
 	return ks
 }
 
+// ClusterID returns the cluster's id; "" before the cluster has a key.
+func (s *Server) ClusterID() string {
+	if sg := s.signers.get(s.fsm); sg != nil {
+		return sg.clusterID
+	}
+	return ""
+}
+
 // Sequence returns the sequencer of a grant or renewal, and the cluster
 // id; "" for both before the cluster has a key. It is signed in a batch
 // with the sequencers asked for meanwhile (signQueue). Its lease end is the

@@ -15,7 +15,7 @@ import (
 )
 
 // TestSequencers: a grant and each renewal carry a sequencer that the
-// cluster's keys verify; CheckSequencer tells the current grant from an
+// cluster's keys verify, but a grant asked for none; CheckSequencer tells the current grant from an
 // ended one; after two rotations the first key's sequencers are refused.
 func TestSequencers(t *testing.T) {
 	s := openInProcess(t)
@@ -44,6 +44,10 @@ func TestSequencers(t *testing.T) {
 	}
 	if cur, tok, err := checkSeq(t, s, g.Sequencer); cur || tok != g2.Token || err != nil {
 		t.Fatalf("CheckSequencer of an ended grant: %v %d %v; want not current, token %d", cur, tok, err, g2.Token)
+	}
+	unsigned, err := s.Acquire(ctx, AcquireRequest{Name: "unsigned", TTL: time.Second, NoSequencer: true})
+	if err != nil || unsigned.Sequencer != "" || unsigned.ClusterID != id.ClusterID {
+		t.Fatalf("a grant with NoSequencer: %+v, %v; want no sequencer, cluster %q", unsigned, err, id.ClusterID)
 	}
 	rotate := func() { // both steps: add a pending key, then make it sign
 		t.Helper()

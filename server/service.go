@@ -48,6 +48,9 @@ type AcquireRequest struct {
 	// resumes its place (a long wait split into calls). Without it, the
 	// request leaves the queue when Wait runs out.
 	KeepPlace bool
+	// NoSequencer: the grant carries no sequencer, and the node signs none
+	// (one signature costs it more than the rest of a grant).
+	NoSequencer bool
 }
 
 func (s *Server) validate(req AcquireRequest) error {
@@ -111,7 +114,11 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 	}
 	if err == nil {
 		s.claims.handed(cl)
-		g.Sequencer, g.ClusterID = s.Sequence(g.Name, g.Token, g.LeaseID, g.TTL)
+		if req.NoSequencer {
+			g.ClusterID = s.ClusterID()
+		} else {
+			g.Sequencer, g.ClusterID = s.Sequence(g.Name, g.Token, g.LeaseID, g.TTL)
+		}
 	}
 	if errors.Is(context.Cause(ctx), ErrWithdrawn) {
 		a.grace = 0

@@ -78,9 +78,10 @@ func runAcquire(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 // acquireOptions are the options of the lock and acquire commands: the
-// wait, the TTL, and the holder label unless it is "" (the client's default).
+// wait, the TTL, the holder label unless it is "" (the client's default),
+// and the grant's sequencer, which both hand on.
 func acquireOptions(wait *waitFlag, ttl time.Duration, holder string) []client.Option {
-	opts := append(wait.options(), client.WithTTL(ttl))
+	opts := append(wait.options(), client.WithTTL(ttl), client.WithSequencer())
 	if holder != "" {
 		opts = append(opts, client.WithHolder(holder))
 	}

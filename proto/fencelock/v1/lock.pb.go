@@ -687,7 +687,10 @@ type AcquireRequest struct {
 	// Whenever the call ends without its grant (the caller went away, the
 	// connection broke), the request keeps its place for the same grace and
 	// is then taken back: out of the queue, or its grant ends.
-	KeepPlace     bool `protobuf:"varint,6,opt,name=keep_place,json=keepPlace,proto3" json:"keep_place,omitempty"`
+	KeepPlace bool `protobuf:"varint,6,opt,name=keep_place,json=keepPlace,proto3" json:"keep_place,omitempty"`
+	// The grant carries no sequencer: the node signs none (a signature costs
+	// it more than the rest of a grant). A Renew brings one when asked.
+	NoSequencer   bool `protobuf:"varint,7,opt,name=no_sequencer,json=noSequencer,proto3" json:"no_sequencer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -760,6 +763,13 @@ func (x *AcquireRequest) GetHolder() string {
 func (x *AcquireRequest) GetKeepPlace() bool {
 	if x != nil {
 		return x.KeepPlace
+	}
+	return false
+}
+
+func (x *AcquireRequest) GetNoSequencer() bool {
+	if x != nil {
+		return x.NoSequencer
 	}
 	return false
 }
@@ -2436,7 +2446,7 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\"\x14\n" +
-	"\x12CancelWaitResponse\"\xd6\x01\n" +
+	"\x12CancelWaitResponse\"\xf9\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
@@ -2445,7 +2455,8 @@ const file_fencelock_v1_lock_proto_rawDesc = "" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12\x16\n" +
 	"\x06holder\x18\x05 \x01(\tR\x06holder\x12\x1d\n" +
 	"\n" +
-	"keep_place\x18\x06 \x01(\bR\tkeepPlace\"\xb6\x01\n" +
+	"keep_place\x18\x06 \x01(\bR\tkeepPlace\x12!\n" +
+	"\fno_sequencer\x18\a \x01(\bR\vnoSequencer\"\xb6\x01\n" +
 	"\x05Grant\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x19\n" +
