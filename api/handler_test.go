@@ -50,6 +50,7 @@ func servedFrom(t *testing.T, n *fencelocktest.Node, remote string) string {
 // to a caller that is not on loopback, and Status hides Raft addresses
 // from it; a loopback caller gets them.
 func TestAdminSurfaces_needTheAdminTokenOffTheMachine(t *testing.T) {
+	t.Parallel()
 	n := fencelocktest.StartNode(t)
 	for remote, want := range map[string]connect.Code{"10.0.0.7:5000": connect.CodeUnauthenticated, "127.0.0.1:5000": 0} {
 		url := servedFrom(t, n, remote)
@@ -93,6 +94,7 @@ func TestAdminSurfaces_needTheAdminTokenOffTheMachine(t *testing.T) {
 // TestUIEvents_forAdminsOnly: with a policy, the audit trail is refused
 // to a caller without admin (403) and served to an admin.
 func TestUIEvents_forAdminsOnly(t *testing.T) {
+	t.Parallel()
 	hash := func(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.EncodeToString(s[:]) }
 	policy, err := acl.Parse(strings.NewReader("billing "+hash("b-secret")+"\nops "+hash("o-secret")+"\n"),
 		strings.NewReader("billing lock,read billing/\nops admin *\n"))
@@ -159,6 +161,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // TestHandler_doesNotDrainAHugeBody: a unary call whose body claims a
 // gigabyte is refused after a message's worth, not read to its end.
 func TestHandler_doesNotDrainAHugeBody(t *testing.T) {
+	t.Parallel()
 	n := fencelocktest.StartNode(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -195,6 +198,7 @@ func TestHandler_doesNotDrainAHugeBody(t *testing.T) {
 // billing's token is granted billing's locks; a browser page of another
 // origin cannot upgrade at all.
 func TestWebSocket_authenticatedAsEveryCall(t *testing.T) {
+	t.Parallel()
 	hash := func(tok string) string { s := sha256.Sum256([]byte(tok)); return hex.EncodeToString(s[:]) }
 	policy, err := acl.Parse(strings.NewReader("billing "+hash("b-secret")+"\n"), strings.NewReader("billing lock,read billing/\n"))
 	if err != nil {

@@ -90,6 +90,7 @@ func (h sessionOnly) Session(ctx context.Context, st *connect.BidiStream[fencelo
 // refused at once) waits until one of them is answered. Then every call is
 // answered.
 func TestSession_ReadsNoFurtherWhileMaxProposingAreInRaft(t *testing.T) {
+	t.Parallel()
 	n := &stalledNode{raft: make(chan struct{})}
 	var open sync.Once
 	defer open.Do(func() { close(n.raft) })
@@ -155,6 +156,7 @@ func TestSession_ReadsNoFurtherWhileMaxProposingAreInRaft(t *testing.T) {
 // cancels its calls at most maxProposing at a time, each wave after the
 // last has ended, and returns when all have.
 func TestSession_EndEndsCallsInWaves(t *testing.T) {
+	t.Parallel()
 	ss := &session{calls: make(map[uint64]*running)}
 	var mu sync.Mutex
 	ending, most, ended := 0, 0, 0
@@ -199,6 +201,7 @@ func TestSession_EndEndsCallsInWaves(t *testing.T) {
 // whose client sends nothing, not even the pongs to its pings; one that
 // reads (and so answers the pings) stays open.
 func TestWebSocket_silentClientIsClosed(t *testing.T) {
+	t.Parallel()
 	ping := wsPing{after: 100 * time.Millisecond, timeout: 100 * time.Millisecond}
 	addr := testproc.ServeH2C(t, sessionWebSocket(&stalledNode{raft: make(chan struct{})}, testWorkers(t), ping))
 	dial := func() *websocket.Conn {
@@ -245,6 +248,7 @@ func TestWebSocket_silentClientIsClosed(t *testing.T) {
 // stream as a broken one: the calls waiting on it end (nothing could be
 // sent after it), rather than waiting to answer into a closed socket.
 func TestWebSocket_closeFrameEndsTheCalls(t *testing.T) {
+	t.Parallel()
 	n := &stalledNode{raft: make(chan struct{}), ended: make(chan struct{}, 1)}
 	addr := testproc.ServeH2C(t, sessionWebSocket(n, testWorkers(t), defaultWSPing))
 	c, _, err := websocket.DefaultDialer.Dial("ws://"+addr, nil)
@@ -272,6 +276,7 @@ func TestWebSocket_closeFrameEndsTheCalls(t *testing.T) {
 // takes nothing fails once the silent client's time is up, so that its
 // session, and the socket, end.
 func TestWebSocket_clientThatStopsReadingIsEnded(t *testing.T) {
+	t.Parallel()
 	p := wsPing{after: 100 * time.Millisecond, timeout: 100 * time.Millisecond}
 	failed := make(chan time.Duration, 1)
 	up := websocket.Upgrader{}
@@ -309,6 +314,7 @@ func TestWebSocket_clientThatStopsReadingIsEnded(t *testing.T) {
 // on it (no goroutine of its own); at most maxIdleWorkers stay idle; they
 // end when the node closes.
 func TestWorkers_reuseIdleGoroutines(t *testing.T) {
+	t.Parallel()
 	done := make(chan struct{})
 	w := newWorkers(done)
 	idle := func(n int32) {

@@ -147,6 +147,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // TestSession_CallsRunAsTheirUnaryMethods: calls on one stream are answered
 // by id, as their unary methods would answer them, errors included.
 func TestSession_CallsRunAsTheirUnaryMethods(t *testing.T) {
+	t.Parallel()
 	onEveryCarrier(t, testSession_CallsRunAsTheirUnaryMethods)
 }
 
@@ -183,6 +184,7 @@ func testSession_CallsRunAsTheirUnaryMethods(t *testing.T, carrier string) {
 // the other call's stays; every call of a stream that broke leaves no
 // waiter once the grace is over.
 func TestSession_CancelAndStreamEndTakeWaitsBack(t *testing.T) {
+	t.Parallel()
 	onEveryCarrier(t, testSession_CancelAndStreamEndTakeWaitsBack)
 }
 
@@ -215,6 +217,7 @@ func testSession_CancelAndStreamEndTakeWaitsBack(t *testing.T, carrier string) {
 // TestSession_RefusesDuplicateIDs: a call whose id runs already on the
 // stream is refused; the running one is not disturbed.
 func TestSession_RefusesDuplicateIDs(t *testing.T) {
+	t.Parallel()
 	onEveryCarrier(t, testSession_RefusesDuplicateIDs)
 }
 

@@ -36,6 +36,7 @@ func grantOf(r *fencelockv1.AcquireRequest) *fencelockv1.Grant {
 // TestAcquisition_States walks the state machine through each way an
 // acquisition ends, against a fake node.
 func TestAcquisition_States(t *testing.T) {
+	t.Parallel()
 	held := &fencelock.LockHeldError{Name: "x", Holder: "other", Token: 3}
 	tests := []struct {
 		name       string
@@ -121,6 +122,7 @@ func TestAcquisition_States(t *testing.T) {
 // early (its max wait) is asked again, with the same request id, until the
 // caller's wait is over; the last call does not ask to keep the place.
 func TestAcquisition_AsksAgainUntilTheWaitIsOver(t *testing.T) {
+	t.Parallel()
 	n := &scriptNode{}
 	n.fn = func(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
 		// A node with a short max wait ends each call early.
@@ -181,6 +183,7 @@ func (n *hintNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest) (
 // hint may name the old leader, which froze; the client does not go back to
 // a node that did not answer, and finds the new leader among the others.
 func TestClient_SkipsASilentNodeThatAFollowerNames(t *testing.T) {
+	t.Parallel()
 	frozen := &silentNode{}
 	nodes := map[string]node{
 		"http://a:1": frozen,

@@ -50,6 +50,7 @@ func quietClient(tb testing.TB, addr string) *client.Client {
 }
 
 func TestLock_ContextEndsOnNotHolderAnswer(t *testing.T) {
+	t.Parallel()
 	c := quietClient(t, startServer(t))
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "x", client.WithTTL(3*time.Second))
@@ -71,6 +72,7 @@ func TestLock_ContextEndsOnNotHolderAnswer(t *testing.T) {
 }
 
 func TestLock_KeepAliveHoldsPastTTL(t *testing.T) {
+	t.Parallel()
 	c := quietClient(t, startServer(t))
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "x", client.WithTTL(time.Second))
@@ -93,6 +95,7 @@ func TestLock_KeepAliveHoldsPastTTL(t *testing.T) {
 }
 
 func TestDo_RunsWithTokenAndReleases(t *testing.T) {
+	t.Parallel()
 	c := quietClient(t, startServer(t))
 	ctx := context.Background()
 	var got fencelock.Token
@@ -119,6 +122,7 @@ func TestDo_RunsWithTokenAndReleases(t *testing.T) {
 }
 
 func TestClient_ErrorsKeepIdentityAcrossTheWire(t *testing.T) {
+	t.Parallel()
 	c := quietClient(t, startServer(t))
 	ctx := context.Background()
 	tests := []struct {
@@ -144,6 +148,7 @@ func TestClient_ErrorsKeepIdentityAcrossTheWire(t *testing.T) {
 }
 
 func TestClient_RotatesPastDeadEndpoints(t *testing.T) {
+	t.Parallel()
 	live := startServer(t)
 	dead := func() string { // a port nobody listens on
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -167,6 +172,7 @@ func TestClient_RotatesPastDeadEndpoints(t *testing.T) {
 }
 
 func TestAcquire_SameRequestIDOnTwoLocksGetsTheRightGrant(t *testing.T) {
+	t.Parallel()
 	c := quietClient(t, startServer(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -226,6 +232,7 @@ func TestAcquire_SameRequestIDOnTwoLocksGetsTheRightGrant(t *testing.T) {
 // TestClient_ConcurrentCallsGetDistinctGrants: many goroutines locking
 // their own locks through one Client get distinct grants.
 func TestClient_ConcurrentCallsGetDistinctGrants(t *testing.T) {
+	t.Parallel()
 	addr := startServer(t)
 	c := quietClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -287,6 +294,7 @@ func (s *slowAcquires) RoundTrip(r *http.Request) (*http.Response, error) {
 // ends while its acquire is still on its way leaves no waiter in the queue
 // and no grant held for nobody.
 func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
 	addr := startServer(t)
 	holderC := quietClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -341,6 +349,7 @@ func TestClient_CallerThatGivesUpLeavesNothingBehind(t *testing.T) {
 // WithWait(3s) against a node that allows 500 ms still gets a lock
 // released after 1.5 s.
 func TestClient_WaitLongerThanTheNodeAllows(t *testing.T) {
+	t.Parallel()
 	addr := startServerWith(t, func(cfg *server.Config) { cfg.MaxWait = 500 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -381,6 +390,7 @@ func TestClient_WaitLongerThanTheNodeAllows(t *testing.T) {
 // lease longer than the node does: its deadline comes from a renewal made
 // by this call, not from the call's start.
 func TestAcquire_OwnRequestIDLeaseCountsFromARenewal(t *testing.T) {
+	t.Parallel()
 	addr := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -421,6 +431,7 @@ func TestAcquire_OwnRequestIDLeaseCountsFromARenewal(t *testing.T) {
 // lock, so a retry on the first lock still finds its grant after the same
 // id was used on a second one. A request id with a zero byte is refused.
 func TestAcquire_OneRequestIDOnTwoLocks(t *testing.T) {
+	t.Parallel()
 	addr := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -454,6 +465,7 @@ func TestAcquire_OneRequestIDOnTwoLocks(t *testing.T) {
 // in the queue until a release, a renewal, a release, and the take-back of
 // a caller that gives up all work.
 func TestClient_WorksOverHTTP1(t *testing.T) {
+	t.Parallel()
 	addr := startServer(t)
 	cfg := client.DefaultConfig(addr)
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -549,6 +561,7 @@ func (c lateContext) Deadline() (time.Time, bool) { return c.deadline, true }
 // node cut the call at its max wait and kept the place for a next call
 // that will not come.
 func TestAcquire_AnswerAfterTheDeadlineLeavesNoWaiter(t *testing.T) {
+	t.Parallel()
 	const maxWait = 300 * time.Millisecond
 	addr := startServerWith(t, func(cfg *server.Config) { cfg.MaxWait = maxWait })
 	holderC := quietClient(t, addr)
@@ -582,6 +595,7 @@ func TestAcquire_AnswerAfterTheDeadlineLeavesNoWaiter(t *testing.T) {
 // client carries its calls on a WebSocket to each node; a node, or a
 // proxy, that refuses the upgrade gets the same calls as unary calls.
 func TestClient_SessionOverWebSocketOrUnary(t *testing.T) {
+	t.Parallel()
 	n := fencelocktest.StartNode(t)
 	h := api.Handler(n.Server)
 	for _, refuse := range []bool{false, true} {

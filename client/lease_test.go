@@ -18,6 +18,7 @@ import (
 // timer that ends the lock's context has not run yet: Err must already say
 // the lease may be lost, and Release must not count the lock as held.
 func TestLock_ErrReadsTheDeadline(t *testing.T) {
+	t.Parallel()
 	c, err := New("127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +50,7 @@ func TestLock_ErrReadsTheDeadline(t *testing.T) {
 // TTL/3) is refused before anything is sent; so is a TTL too short for the
 // default margin, as a TTL.
 func TestAcquire_MarginLeavesRoomForARenewal(t *testing.T) {
+	t.Parallel()
 	c, err := New("127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +70,7 @@ func TestAcquire_MarginLeavesRoomForARenewal(t *testing.T) {
 // within one step fire together; clients made at other times have grids of
 // their own.
 func TestOnRenewGrid(t *testing.T) {
+	t.Parallel()
 	born := time.Now()
 	for _, off := range []time.Duration{0, time.Millisecond, renewGrid - time.Nanosecond, renewGrid, 3*renewGrid + 7*time.Millisecond} {
 		now := born.Add(off)
@@ -94,6 +97,7 @@ func TestOnRenewGrid(t *testing.T) {
 // called; the first call gets one that covers the lease, and from then on
 // each renewal brings a new one.
 func TestLock_SignsOnlyOnceSequencerIsRead(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	c := quietTestClient(t, srv.Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -126,6 +130,7 @@ func TestLock_SignsOnlyOnceSequencerIsRead(t *testing.T) {
 // TestLock_WithSequencer: the grant brings its sequencer, for this lock
 // and token, and renewals bring new ones before Sequencer is called.
 func TestLock_WithSequencer(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	c := quietTestClient(t, srv.Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

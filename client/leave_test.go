@@ -20,6 +20,7 @@ import (
 // to the leader keeps no connection to the follower, so that many clients
 // do not hold twice the connections they use.
 func TestClient_LeavesANodeThatIsNotTheLeader(t *testing.T) {
+	t.Parallel()
 	c := testproc.StartCluster(t, 3)
 	l := c.WaitLeader(-1)
 	f := (l + 1) % len(c.Nodes)

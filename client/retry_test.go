@@ -99,6 +99,7 @@ func flakyClient(t *testing.T, n *flakyNode) *Client {
 // whose node goes away after a wait longer than RetryTimeout is retried,
 // not given up with its request left in the queue.
 func TestAcquire_RetriesAfterAWaitLongerThanRetryTimeout(t *testing.T) {
+	t.Parallel()
 	n := &flakyNode{delay: 400 * time.Millisecond, failures: 1} // RetryTimeout is 200ms
 	c := flakyClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -119,6 +120,7 @@ func TestAcquire_RetriesAfterAWaitLongerThanRetryTimeout(t *testing.T) {
 // client takes it back (CancelWait), or it could wait in the queue and be
 // granted to nobody.
 func TestAcquire_OutOfRetriesTakesTheRequestBack(t *testing.T) {
+	t.Parallel()
 	n := &flakyNode{delay: 20 * time.Millisecond, failures: -1}
 	c := flakyClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -177,6 +179,7 @@ func (n *lostNode) release(ctx context.Context, r *fencelockv1.ReleaseRequest) e
 // release had an unknown outcome (which, for a lease still believed held,
 // is taken to be the release that made the grant go).
 func TestLock_ReleaseOfALostLeaseReportsNotHolder(t *testing.T) {
+	t.Parallel()
 	c := fakeClient(t, &lostNode{}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -199,6 +202,7 @@ func TestLock_ReleaseOfALostLeaseReportsNotHolder(t *testing.T) {
 // from a renewal; when that renewal cannot be made, Acquire fails and takes
 // the grant back rather than return a Lock whose lease has no known start.
 func TestAcquire_OwnRequestIDWithoutARenewalFails(t *testing.T) {
+	t.Parallel()
 	n := &flakyNode{renewDown: true}
 	c := flakyClient(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -62,6 +62,7 @@ func (p *pingReader) Read(b []byte) (int, error) {
 // its connections) the waiting call fails as unanswered within seconds,
 // not after its wait.
 func TestStream_PingsOnlyWhileCallsAreOut(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	counter := &pingCounter{next: newTransport(nil)}
 	c := quietTestClient(t, srv.Addr, func(cfg *Config) {
@@ -124,6 +125,7 @@ func TestStream_PingsOnlyWhileCallsAreOut(t *testing.T) {
 // message's cancels before its calls, and would run the call); a call
 // dropped after the writer took it is cancelled.
 func TestStream_DropBeforeSendSendsNothing(t *testing.T) {
+	t.Parallel()
 	st := &stream{wake: make(chan struct{}, 1), dead: make(chan struct{}), calls: make(map[uint64]chan *fencelockv1.Result)}
 	st.timer = time.AfterFunc(time.Hour, func() {})
 	defer st.timer.Stop()

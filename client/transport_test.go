@@ -20,6 +20,7 @@ func envelope(payload []byte) []byte {
 // a message larger than the buffer comes in pieces and the next one starts
 // on a read of its own; the bytes are the bytes written.
 func TestWholeMessages_OneReadPerMessage(t *testing.T) {
+	t.Parallel()
 	small, big := []byte("acquire"), bytes.Repeat([]byte("x"), 40<<10)
 	pr, pw := io.Pipe()
 	go func() {
@@ -67,6 +68,7 @@ func TestWholeMessages_OneReadPerMessage(t *testing.T) {
 // TestWholeMessages_ShortBufferPassesThrough: a buffer shorter than a
 // prefix gets the bytes as they come.
 func TestWholeMessages_ShortBufferPassesThrough(t *testing.T) {
+	t.Parallel()
 	body := envelope([]byte("renew"))
 	w := &wholeMessages{ReadCloser: io.NopCloser(bytes.NewReader(body))}
 	got, err := io.ReadAll(io.LimitReader(struct{ io.Reader }{readSmall{w}}, 1<<10))

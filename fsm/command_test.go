@@ -6,6 +6,7 @@ import (
 )
 
 func TestCommand_EncodeDecode(t *testing.T) {
+	t.Parallel()
 	seed := []byte("0123456789abcdef0123456789abcdef")
 	for _, c := range []Command{
 		{Now: 1700000000123456789, Payload: Acquire{Name: "orders/42", RequestID: "r-1", Holder: "host/12", LeaseID: "0123456789abcdef0123456789abcdef", TTL: 10e9, Wait: true, Owner: "billing"}},
@@ -36,6 +37,7 @@ func TestCommand_EncodeDecode(t *testing.T) {
 // version, JSON and trailing bytes are errors, never a panic or a wrong
 // command.
 func TestDecodeCommand_RefusesDamage(t *testing.T) {
+	t.Parallel()
 	b := Command{Now: 9, Payload: Acquire{Name: "abc", RequestID: "rid", Holder: "h", LeaseID: "l", TTL: 4, Wait: true}}.Encode()
 	for n := 0; n < len(b); n++ {
 		if c, err := DecodeCommand(b[:n]); err == nil {

@@ -61,6 +61,7 @@ func acq(name, rid, lease string, wait bool) Command {
 }
 
 func TestFSM_AcquireGrantsAndTryLockRefuses(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	r := h.apply(acq("a", "r1", "L1", false))
 	if r.Err != nil || r.Grant == nil {
@@ -84,6 +85,7 @@ func TestFSM_AcquireGrantsAndTryLockRefuses(t *testing.T) {
 }
 
 func TestFSM_FIFOQueueGrantedInReleasingEntry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	first := h.apply(acq("a", "r1", "L1", false)).Grant
 	for _, rid := range []string{"w1", "w2", "w3"} {
@@ -115,6 +117,7 @@ func TestFSM_FIFOQueueGrantedInReleasingEntry(t *testing.T) {
 }
 
 func TestFSM_ReleaseChecksLeaseAndToken(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		lease fencelock.LeaseID
@@ -140,6 +143,7 @@ func TestFSM_ReleaseChecksLeaseAndToken(t *testing.T) {
 }
 
 func TestFSM_ExpireOnlyCurrentToken(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	if r := h.apply(Command{Payload: Expire{Name: "a", Token: g.Token - 1}}); !errors.Is(r.Err, fencelock.ErrNotHolder) {
@@ -164,6 +168,7 @@ func TestFSM_ExpireOnlyCurrentToken(t *testing.T) {
 }
 
 func TestFSM_RequestIDDedupe(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	retry := acq("a", "r1", "L-retry", false)
@@ -194,6 +199,7 @@ func TestFSM_RequestIDDedupe(t *testing.T) {
 }
 
 func TestFSM_CancelWait(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.apply(acq("a", "w1", "Lw1", true))
@@ -219,6 +225,7 @@ func TestFSM_CancelWait(t *testing.T) {
 // id gets neither its grant, nor its place, nor the token of its ended
 // grant, and cannot cancel it.
 func TestFSM_RequestsBelongToTheirOwner(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	as := func(c Command, owner string) Command {
 		switch p := c.Payload.(type) {
@@ -261,6 +268,7 @@ func TestFSM_RequestsBelongToTheirOwner(t *testing.T) {
 // TestFSM_DetachedGrant: Detach marks a grant as reaching nobody, the
 // request's next Acquire clears the mark, and a snapshot keeps it.
 func TestFSM_DetachedGrant(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.apply(acq("a", "r1", "L1", false))
 	if r := h.apply(Command{Payload: Detach{Name: "a", RequestID: "other"}}); !errors.Is(r.Err, fencelock.ErrNotFound) {
@@ -291,6 +299,7 @@ func TestFSM_DetachedGrant(t *testing.T) {
 }
 
 func TestFSM_TokensNeverReused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var last fencelock.Token
 	for i := 0; i < 50; i++ {
@@ -304,6 +313,7 @@ func TestFSM_TokensNeverReused(t *testing.T) {
 }
 
 func TestFSM_SnapshotRestoreReplaces(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.apply(acq("a", "w1", "Lw1", true))
@@ -346,6 +356,7 @@ func TestFSM_SnapshotRestoreReplaces(t *testing.T) {
 }
 
 func TestFSM_BadEntryIsRefusedNotPanicking(t *testing.T) {
+	t.Parallel()
 	f := New(0, nil)
 	for _, data := range [][]byte{nil, []byte("{"), {formatVersion, 99, 0}, Command{}.Encode()} {
 		r := f.Apply(&raft.Log{Index: 1, Data: data}).(Result)
@@ -362,6 +373,7 @@ func (s *sink) Cancel() error { return nil }
 func (s *sink) Close() error  { return nil }
 
 func TestFSM_QueuedRequestOutlivesTheDedupeWindow(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.apply(acq("a", "w1", "Lw1", true))
@@ -383,6 +395,7 @@ func TestFSM_QueuedRequestOutlivesTheDedupeWindow(t *testing.T) {
 }
 
 func TestFSM_CommandTimeNeverGoesBack(t *testing.T) {
+	t.Parallel()
 	// A replica restored from a snapshot and one that applied the whole log
 	// must prune the same requests, even when a new leader's clock is
 	// behind: the snapshot keeps the command time.
@@ -448,6 +461,7 @@ func keys(w *window) []string {
 // TestFSM_SnapshotIsTheStateWhenTaken: Persist runs while later entries
 // apply; what it writes is the state when Snapshot was called, not later.
 func TestFSM_SnapshotIsTheStateWhenTaken(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.apply(acq("a", "r1", "L1", false))
 	h.apply(acq("a", "w1", "Lw1", true))
@@ -489,6 +503,7 @@ func windowAt(f *FSM) (reqs, exps []record) {
 // (added and forgotten), an expiry of a lease id that expired before
 // (replaced), and the window passing (everything older forgotten).
 func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	// Before Snapshot, the same kinds of change: what left the window then
 	// must not be in the snapshot.
@@ -554,6 +569,7 @@ func TestFSM_SnapshotKeepsTheDedupeWindowAsItWas(t *testing.T) {
 // encoding/json writes for the state, byte for byte (Restore decodes it with
 // encoding/json), also for strings that JSON escapes.
 func TestFSM_SnapshotIsEncodingJSONsOutput(t *testing.T) {
+	t.Parallel()
 	t.Run("empty", func(t *testing.T) {
 		f := New(time.Minute, nil)
 		snap, err := f.Snapshot()
@@ -616,6 +632,7 @@ func TestFSM_SnapshotIsEncodingJSONsOutput(t *testing.T) {
 // -race, this checks that they share nothing unsynchronised, and every
 // persisted snapshot must decode to the window at its Snapshot.
 func TestFSM_PersistWhileEntriesApply(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.f = New(50*time.Millisecond, nil) // a short window, so that applies prune
 	for round := range 10 {
@@ -673,6 +690,7 @@ func TestFSM_PersistWhileEntriesApply(t *testing.T) {
 // An entry that does not decode is refused alike on every replica, and
 // counts as applied: AppliedIndex (and so snapshots) move past it.
 func TestFSM_UndecodableEntryIsRefusedAndApplied(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.apply(acq("a", "r1", "L1", false))
 	h.index++
@@ -689,6 +707,7 @@ func TestFSM_UndecodableEntryIsRefusedAndApplied(t *testing.T) {
 // whose epoch is one more grants tokens above any of the epoch before, and
 // past the last index nobody is granted, and no waiter is lost.
 func TestFSM_Epochs(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	if g.Token != fencelock.Token(h.index) {
@@ -721,6 +740,7 @@ func TestFSM_Epochs(t *testing.T) {
 }
 
 func TestFSM_Identity(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	seed := func(b byte) fencelock.LeaseID { return fencelock.LeaseID(bytes.Repeat([]byte{b}, 32)) }
 	signer := func() string { _, k, _ := h.f.Signer(); return k.ID }

@@ -15,6 +15,7 @@ import (
 // order, and that gaps never take more than half of the slots (so that no
 // operation costs more than O(1), amortised).
 func TestQueue_AgainstASlice(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	var q queue
 	var model []Waiter
@@ -95,6 +96,7 @@ func index(ws []Waiter, rid string) int {
 // the indexed queue costs O(1) per cancel. The waiters left are granted in
 // FIFO order.
 func TestFSM_CancelWaitDeepQueue(t *testing.T) {
+	t.Parallel()
 	const n = 40_000
 	h := newHarness(t)
 	g := h.apply(acq("a", "r", "L", false)).Grant

@@ -20,6 +20,7 @@ import (
 // rest of the log answers every entry as the replica that applied the whole
 // log did, and ends in the same state, byte for byte.
 func TestFSM_ReplicasAgree(t *testing.T) {
+	t.Parallel()
 	seeds := int64(150)
 	if testing.Short() {
 		seeds = 30

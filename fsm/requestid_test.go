@@ -14,6 +14,7 @@ import (
 // The same request id on two locks is two requests: a retry on the first
 // lock still gets its grant after the id was used on a second one.
 func TestFSM_RequestIDIsPerLock(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ga := h.apply(acq("a", "same", "La", false)).Grant
 	if gb := h.apply(acq("b", "same", "Lb", false)).Grant; gb == nil {
@@ -28,6 +29,7 @@ func TestFSM_RequestIDIsPerLock(t *testing.T) {
 // ErrNotFound and keeps the record: a late retry learns that its grant
 // ended instead of being granted anew for nobody.
 func TestFSM_CancelOfNothingKeepsTheRecord(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.apply(Command{Payload: Expire{Name: "a", Token: g.Token}})
@@ -50,6 +52,7 @@ func TestFSM_CancelOfNothingKeepsTheRecord(t *testing.T) {
 // record that the end wrote: the caller may ask again with the same id and
 // gets a new grant.
 func TestFSM_TakeBackForgetsTheEnd(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.apply(acq("a", "r1", "L1", false))
 	if r := h.apply(Command{Payload: CancelWait{Name: "a", RequestID: "r1"}}); r.Err != nil {
@@ -62,6 +65,7 @@ func TestFSM_TakeBackForgetsTheEnd(t *testing.T) {
 
 // A grant is found through the lock table however long ago it was made.
 func TestFSM_FindsAGrantOlderThanTheWindow(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t) // a window of 1 minute
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
 	h.now += int64(5 * time.Minute)
@@ -75,6 +79,7 @@ func TestFSM_FindsAGrantOlderThanTheWindow(t *testing.T) {
 // however long it was held: a late retry within it learns that its grant
 // ended; one after it is a new request.
 func TestFSM_RemembersEndedGrantsForEndedWindow(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.f = New(10*time.Minute, nil)
 	g := h.apply(acq("a", "r1", "L1", false)).Grant
@@ -93,6 +98,7 @@ func TestFSM_RemembersEndedGrantsForEndedWindow(t *testing.T) {
 // At a steady rate of grants that end at once, the window holds what
 // EndedWindow of them leaves, not the whole dedupe window's.
 func TestFSM_WindowHoldsOnlyRecentEnds(t *testing.T) {
+	t.Parallel()
 	const pairs, step = 3000, 100 * time.Millisecond // 5 minutes of grants
 	want := int(EndedWindow/step) + 1
 	h := newHarness(t)
@@ -112,6 +118,7 @@ func TestFSM_WindowHoldsOnlyRecentEnds(t *testing.T) {
 // A snapshot of another format version does not restore, and changes
 // nothing.
 func TestFSM_RestoreRefusesAnotherFormatVersion(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.apply(acq("a", "r1", "L1", false))
 	for _, snap := range []string{

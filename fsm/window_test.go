@@ -17,6 +17,7 @@ import (
 // one of two values. Views taken along the way must still read what the
 // window held when they were taken, after everything that followed.
 func TestWindow_AgainstAMap(t *testing.T) {
+	t.Parallel()
 	hashes := map[string]func(maphash.Seed, string) uint64{
 		"maphash":  maphash.String,
 		"constant": func(maphash.Seed, string) uint64 { return 7 },

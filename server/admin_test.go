@@ -38,6 +38,7 @@ func adminClient(tb testing.TB, token string, endpoints ...string) (*client.Clie
 // ErrUnauthenticated, with it they go through, a node with the token can
 // join, and one without is told why it cannot.
 func TestServer_AdminTokenGuardsMembership(t *testing.T) {
+	t.Parallel()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -92,6 +93,7 @@ func TestServer_AdminTokenGuardsMembership(t *testing.T) {
 // TestConfig_RefusesAMaxWaitClientsWouldSpinOn: a max wait of zero would
 // turn every wait into a try-lock that clients repeat at once.
 func TestConfig_RefusesAMaxWaitClientsWouldSpinOn(t *testing.T) {
+	t.Parallel()
 	cfg := server.DefaultConfig()
 	for _, d := range []time.Duration{-time.Second, 0, 10 * time.Millisecond} {
 		cfg.MaxWait = d

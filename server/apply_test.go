@@ -15,6 +15,7 @@ import (
 // handing the grant to its calls) fails with ErrUnavailable after
 // ApplyTimeout when the caller's context has no deadline.
 func TestApply_givesUpAfterApplyTimeoutWithoutADeadline(t *testing.T) {
+	t.Parallel()
 	const applyTimeout = 100 * time.Millisecond
 	s := openInProcessWith(t, func(cfg *Config) { cfg.ApplyTimeout = applyTimeout })
 	acquire := fsm.Acquire{Name: "x", RequestID: "r1", LeaseID: fencelock.NewLeaseID(), TTL: int64(10 * time.Second)}

@@ -29,6 +29,7 @@ func testACL(t *testing.T) *acl.ACL {
 // TestACL_everyOperationChecks: with an ACL, each operation of the node
 // refuses a caller without a credential and one without the permission.
 func TestACL_everyOperationChecks(t *testing.T) {
+	t.Parallel()
 	policy := testACL(t)
 	s := openInProcessWith(t, func(c *Config) { c.ACL = policy })
 	as := func(id string) context.Context { return acl.WithIdentity(t.Context(), id) }
@@ -68,6 +69,7 @@ func TestACL_everyOperationChecks(t *testing.T) {
 // request id gets neither its grant nor its cancellation, and one that
 // knows a lease id can neither renew nor release the grant.
 func TestACL_requestIDsBelongToTheirCaller(t *testing.T) {
+	t.Parallel()
 	s := openInProcessWith(t, func(c *Config) { c.ACL = testACL(t) })
 	billing := acl.WithIdentity(t.Context(), "billing")
 	thief := acl.WithIdentity(t.Context(), acl.AdminIdentity) // may lock anything, but owns nothing
@@ -103,6 +105,7 @@ func TestACL_requestIDsBelongToTheirCaller(t *testing.T) {
 // (a retry of a queued request still passes), and Describe lists the first
 // waiters with their count.
 func TestLimits_waiters(t *testing.T) {
+	t.Parallel()
 	s := openInProcessWith(t, func(c *Config) { c.ACL, c.MaxWaitersPerLock, c.MaxWaitersPerCaller = testACL(t), 150, 160 })
 	billing := acl.WithIdentity(t.Context(), "billing")
 	if _, err := s.Acquire(billing, AcquireRequest{Name: "billing/q", TTL: time.Minute}); err != nil {
@@ -140,6 +143,7 @@ func TestLimits_waiters(t *testing.T) {
 // TestAudit: grants and releases are recorded with the caller's identity,
 // and the trail is an admin's to read.
 func TestAudit(t *testing.T) {
+	t.Parallel()
 	s := openInProcessWith(t, func(c *Config) { c.ACL = testACL(t) })
 	billing := acl.WithIdentity(t.Context(), "billing")
 	g, err := s.Acquire(billing, AcquireRequest{Name: "billing/a", TTL: time.Minute})
@@ -163,6 +167,7 @@ func TestAudit(t *testing.T) {
 // TestRequireAdmin_withoutCredentials: a node with neither a policy nor an
 // admin token serves its admin-only surfaces to loopback callers only.
 func TestRequireAdmin_withoutCredentials(t *testing.T) {
+	t.Parallel()
 	s := openInProcessWith(t, func(*Config) {})
 	for peer, want := range map[string]error{"127.0.0.1:5000": nil, "[::1]:5000": nil, "10.0.0.7:5000": fencelock.ErrUnauthenticated, "": fencelock.ErrUnauthenticated} {
 		if err := s.RequireAdmin(t.Context(), peer); want == nil && err != nil || want != nil && !errors.Is(err, want) {

@@ -52,6 +52,7 @@ func identityOf(tb testing.TB, state []byte) (fsm.Identity, int64) {
 // same options into two data dirs (two voters) gives the same state byte
 // for byte: the same epoch, cluster id and signing keys.
 func TestRestoreBackup_sameStateInEveryVoter(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	if _, err := s.Acquire(t.Context(), AcquireRequest{Name: "held", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
@@ -111,6 +112,7 @@ func TestRestoreBackup_sameStateInEveryVoter(t *testing.T) {
 // TestRestoreBackup_keyDependsOnTheOptions: restores of one backup with
 // another new cluster id or epoch get another signing key.
 func TestRestoreBackup_keyDependsOnTheOptions(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	b, err := s.Backup(t.Context())
 	if err != nil {

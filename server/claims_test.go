@@ -10,6 +10,7 @@ import (
 // first, one armed again falls due only at its new time, and one a call
 // waits for does not fall due.
 func TestClaims_FallDueInOrderAsLastArmed(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	cs := newClaims(s) // no reapDue runs for it: the test pops
 	cs.orphan("a", "r1", "", 3*time.Second)
@@ -51,6 +52,7 @@ func TestClaims_FallDueInOrderAsLastArmed(t *testing.T) {
 // few at a time) is not handed a grant: the grant is taken back with the
 // request, and the lock does not stay held by nobody.
 func TestAcquire_GrantToACallerGoneIsHandedBack(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	req := AcquireRequest{Name: "l", TTL: time.Minute, RequestID: "r", Gone: func() bool { return true }}
 	if g, err := s.Acquire(context.Background(), req); err == nil {

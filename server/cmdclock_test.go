@@ -14,6 +14,7 @@ import (
 // command time nor the dedupe window: the retry of a request whose grant
 // ended is still told so after the wall clock jumps by more than the window.
 func TestCommandTime_LeaderWallClockStep(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -43,6 +44,7 @@ func TestCommandTime_LeaderWallClockStep(t *testing.T) {
 // A new term reads the wall clock again, but never starts before the
 // command time already applied.
 func TestCommandTime_NewLeadership(t *testing.T) {
+	t.Parallel()
 	c := newCmdClock()
 	wall := time.Now()
 	at := func() time.Time { return wall }
@@ -72,6 +74,7 @@ func TestCommandTime_NewLeadership(t *testing.T) {
 // clock is an hour ahead when it refuses an Acquire, and right again by the
 // time it leads: the retry of an ended grant must still be told it ended.
 func TestCommandTime_FollowerClockDoesNotCarryIntoLeadership(t *testing.T) {
+	t.Parallel()
 	var peers []Peer
 	for i := range 3 {
 		peers = append(peers, Peer{ID: string(rune('a' + i)), RaftAddr: testproc.FreeAddr(t)})

@@ -11,6 +11,7 @@ import (
 )
 
 func TestEvents_KeepTheNewestBounded(t *testing.T) {
+	t.Parallel()
 	var e events
 	if got := e.recent(); len(got) != 0 {
 		t.Fatalf("new ring: %d events", len(got))
@@ -35,6 +36,7 @@ func TestEvents_KeepTheNewestBounded(t *testing.T) {
 // TestRefused_CallerGoneIsNoRefusal: a call whose caller went away is counted
 // by its own code and makes no event; a refusal makes one.
 func TestRefused_CallerGoneIsNoRefusal(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	before := len(s.events.recent())
 	s.Refused("Acquire", fmt.Errorf("acquire %q: %w", "x", context.Canceled))

@@ -33,6 +33,7 @@ func metric(t *testing.T, addr, series string) float64 {
 }
 
 func TestMetrics_GaugesAndHistogramsFollowTheLocks(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	c := newClient(t, srv.Addr)
 	ctx := context.Background()
@@ -87,6 +88,7 @@ func TestMetrics_GaugesAndHistogramsFollowTheLocks(t *testing.T) {
 // A restart replays the log: its grants are no new events, and no new
 // samples of the hold and wait histograms.
 func TestEvents_ARestartDoesNotReplayThem(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	c := newClient(t, srv.Addr)
 	ctx := context.Background()

@@ -75,6 +75,7 @@ func waitFor(s *Server, name fencelock.LockName, rid string) <-chan acquired {
 // TestMetrics_LogAppendsCountEveryEntry: fencelock_log_append_entries
 // counts each entry of the node's log once, and one observation per sync.
 func TestMetrics_LogAppendsCountEveryEntry(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -107,6 +108,7 @@ func TestMetrics_LogAppendsCountEveryEntry(t *testing.T) {
 // A leader whose API address is missing from the replicated state (its
 // record on becoming ready failed) records it again.
 func TestServer_LeaderRecordsItsAPIAddressAgain(t *testing.T) {
+	t.Parallel()
 	const api = "127.0.0.1:1"
 	s := openInProcessWith(t, func(cfg *Config) { cfg.APIAddr = api })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -138,6 +140,7 @@ func queueBehind(t *testing.T, s *Server, name fencelock.LockName) fencelock.Gra
 // its request queued for the grace, then the node takes it back: the
 // holder's release grants nobody.
 func TestAcquire_CallerGoneIsTakenBackAfterTheGrace(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		after time.Duration // how long after the call starts the caller goes
@@ -205,6 +208,7 @@ func aLeavesBeforeB(t *testing.T, s *Server) (fencelock.Grant, <-chan acquired) 
 // (a broken connection) and that comes back with the same request id within
 // the grace keeps its place in line, ahead of those who queued after it.
 func TestAcquire_RetryWithinTheGraceKeepsItsPlace(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	h, later := aLeavesBeforeB(t, s)
 	again := waitFor(s, "l", "a")
@@ -230,6 +234,7 @@ func TestAcquire_RetryWithinTheGraceKeepsItsPlace(t *testing.T) {
 // waits for it is handed to a call that comes back within the grace, and
 // otherwise its grant ends and the lock goes to the next in line.
 func TestAcquire_GrantToNobodyIsTakenBack(t *testing.T) {
+	t.Parallel()
 	for _, back := range []bool{true, false} {
 		t.Run(fmt.Sprintf("back=%v", back), func(t *testing.T) {
 			s := openInProcess(t)
@@ -275,6 +280,7 @@ func TestAcquire_GrantToNobodyIsTakenBack(t *testing.T) {
 // that runs out answers LockHeld with the request already out of the queue;
 // with keep_place it stays for the grace.
 func TestAcquire_WaitThatRunsOutLeavesTheQueue(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	queueBehind(t, s, "l")
 	ctx := context.Background()
@@ -294,6 +300,7 @@ func TestAcquire_WaitThatRunsOutLeavesTheQueue(t *testing.T) {
 // TestCancelWait_EndsTheCallsStillWaiting: a take-back from the client
 // ends a call of an earlier attempt still waiting for the request.
 func TestCancelWait_EndsTheCallsStillWaiting(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	queueBehind(t, s, "l")
 	w := waitFor(s, "l", "r")

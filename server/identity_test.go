@@ -18,6 +18,7 @@ import (
 // cluster's keys verify, but a grant asked for none; CheckSequencer tells the current grant from an
 // ended one; after two rotations the first key's sequencers are refused.
 func TestSequencers(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	ctx := t.Context()
 	g, err := s.Acquire(ctx, AcquireRequest{Name: "reports", TTL: 5 * time.Second})
@@ -98,6 +99,7 @@ func checkSeq(t *testing.T, s *Server, text string) (bool, fencelock.Token, erro
 // dir runs with the next epoch, keeping the cluster's identity; its first
 // token is above every token of the backed-up cluster.
 func TestBackupRestore_StartsTheNextEpoch(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	ctx := t.Context()
 	var last fencelock.Token
@@ -156,6 +158,7 @@ func TestBackupRestore_StartsTheNextEpoch(t *testing.T) {
 // sequencers signed in batches; each one verifies for its own lock, token
 // and lease.
 func TestSequencers_ofGrantsMadeTogether(t *testing.T) {
+	t.Parallel()
 	s := openInProcess(t)
 	const n = 200
 	grants := make([]fencelock.Grant, n)

@@ -13,6 +13,7 @@ import (
 // while a round runs share the next round, and never get the answer of a
 // round that started before they arrived.
 func TestLeaderCheck_SharesRoundsThatStartAfterTheCaller(t *testing.T) {
+	t.Parallel()
 	var rounds atomic.Int64
 	var arrived atomic.Int64 // callers that have called check
 	gate := make(chan struct{})
@@ -62,6 +63,7 @@ func TestLeaderCheck_SharesRoundsThatStartAfterTheCaller(t *testing.T) {
 }
 
 func TestLeaderCheck_ContextEnds(t *testing.T) {
+	t.Parallel()
 	block := make(chan struct{})
 	c := &leaderCheck{verify: func() error { <-block; return nil }}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)

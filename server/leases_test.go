@@ -10,6 +10,7 @@ import (
 )
 
 func TestLeaseTable_ActivationVoidAfterLostLeadership(t *testing.T) {
+	t.Parallel()
 	lt := newLeaseTable(func(fencelock.LockName, fencelock.Token) error { return nil })
 	holders := func() map[fencelock.LockName]fsm.Holder {
 		return map[fencelock.LockName]fsm.Holder{"a": {Token: 7, LeaseID: "L", TTL: int64(time.Minute)}}
@@ -26,6 +27,7 @@ func TestLeaseTable_ActivationVoidAfterLostLeadership(t *testing.T) {
 }
 
 func TestLeaseTable_RenewNeverShortens(t *testing.T) {
+	t.Parallel()
 	lt := newLeaseTable(func(fencelock.LockName, fencelock.Token) error { return nil })
 	now := time.Now()
 	lt.activate(lt.currentEpoch(), func() map[fencelock.LockName]fsm.Holder { return nil }, now, 0)
@@ -46,6 +48,7 @@ func TestLeaseTable_RenewNeverShortens(t *testing.T) {
 // leases it finds with their TTL and rpcTimeout on top, as the old leader
 // may confirm renewals with replies up to rpcTimeout late (leaderCheck).
 func TestServer_NewLeaderArmsLeasesWithTheRPCTimeout(t *testing.T) {
+	t.Parallel()
 	dir, addr := t.TempDir(), testproc.FreeAddr(t)
 	tweak := func(c *Config) { c.DataDir, c.RaftAddr = dir, addr }
 	s := openInProcessWith(t, tweak)

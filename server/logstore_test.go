@@ -12,6 +12,7 @@ import (
 // A second node on a data dir in use fails at once with a clear error; it
 // waited for raft.db's file lock forever, deaf to signals.
 func TestOpen_DataDirInUse(t *testing.T) {
+	t.Parallel()
 	first := openInProcess(t)
 	cfg := first.cfg
 	cfg.RaftAddr = testproc.FreeAddr(t)

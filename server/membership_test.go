@@ -22,6 +22,7 @@ import (
 // check against the same configuration, and together left {leader, the
 // dead node}: no leader could ever be elected.
 func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
+	t.Parallel()
 	const n = 4
 	c := fencelocktest.StartCluster(t, n)
 	nodes, peers, leader := c.Nodes, c.Peers, c.Leader()
@@ -68,6 +69,7 @@ func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
 // removal leaves. Removing the other follower would leave the leader and a
 // node it cannot reach: no entry could commit, and no leader be elected.
 func TestRemoveMember_VoterCutOffFromRaftDoesNotCount(t *testing.T) {
+	t.Parallel()
 	proxies := map[string]*netproxy.Proxy{} // in front of each node's Raft address
 	c := fencelocktest.StartCluster(t, 3, func(i int, cfg *server.Config) {
 		if len(proxies) == 0 {
@@ -124,6 +126,7 @@ func TestRemoveMember_VoterCutOffFromRaftDoesNotCount(t *testing.T) {
 // quorum at once; one that does not answer (a mistyped address) would leave
 // a one-node cluster unable to elect a leader, with none left to undo it.
 func TestAddMember_UnreachableVoterIsRefused(t *testing.T) {
+	t.Parallel()
 	s := fencelocktest.StartNode(t, func(c *server.Config) { c.Peers = api.Peers(nil, "") }).Server
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

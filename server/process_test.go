@@ -55,6 +55,7 @@ func ctxFor(tb testing.TB, d time.Duration) context.Context {
 }
 
 func TestServer_ExpiredLeaseHandsLockOnWithHigherToken(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	proxy := testproc.StartProxy(t, srv.Addr)
 	ctx := ctxFor(t, 30*time.Second)
@@ -137,6 +138,7 @@ func TestServer_TokensIncreaseAcrossKill9Restarts(t *testing.T) {
 }
 
 func TestServer_RetryWithSameRequestIDReturnsSameGrant(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	g1 := rawAcquire(t, srv.Addr, "dedupe", "req-1", 5*time.Second)
 	g2 := rawAcquire(t, srv.Addr, "dedupe", "req-1", 5*time.Second)
@@ -146,6 +148,7 @@ func TestServer_RetryWithSameRequestIDReturnsSameGrant(t *testing.T) {
 }
 
 func TestServer_WaitersAreGrantedInFIFOOrder(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	ctx := ctxFor(t, 30*time.Second)
 	c := newClient(t, srv.Addr)
@@ -188,6 +191,7 @@ func TestServer_WaitersAreGrantedInFIFOOrder(t *testing.T) {
 }
 
 func TestServer_WaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	ctx := ctxFor(t, 30*time.Second)
 	c := newClient(t, srv.Addr)
@@ -233,6 +237,7 @@ func waitFor(tb testing.TB, cond func() bool) {
 }
 
 func TestServer_BadInputIsRefusedAndChangesNothing(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	ctx := ctxFor(t, 30*time.Second)
 	c := newClient(t, srv.Addr)

@@ -15,6 +15,7 @@ import (
 // with its key, up to sequencer.MaxBatch, in order; the others stay queued
 // in order.
 func TestSignQueue_take(t *testing.T) {
+	t.Parallel()
 	req := func(key string, tok int) *signRequest {
 		return &signRequest{seq: sequencer.Sequencer{ClusterID: "c", KeyID: key, Token: fencelock.Token(tok)}}
 	}
@@ -40,6 +41,7 @@ func TestSignQueue_take(t *testing.T) {
 // keys each get a sequencer that verifies as their own, some share a
 // signature, and the queue ends with nobody signing.
 func TestSignQueue_everyCallerGetsItsOwn(t *testing.T) {
+	t.Parallel()
 	keys := map[string]ed25519.PrivateKey{}
 	v := &sequencer.Verifier{Now: func() time.Time { return time.Time{} }}
 	for _, id := range []string{"k1", "k2"} {
