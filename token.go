@@ -180,8 +180,8 @@ type Grant struct {
 	LeaseID LeaseID
 	TTL     time.Duration
 	// Sequencer is the grant's signed proof (package sequencer), valid
-	// until the lease ends unless renewed; "" if the cluster has no
-	// signing key yet.
+	// until the lease ends unless renewed; "" if the request asked for
+	// none, or the cluster has no signing key yet.
 	Sequencer string
 	ClusterID string
 }

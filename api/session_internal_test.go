@@ -201,7 +201,6 @@ func TestSession_EndEndsCallsInWaves(t *testing.T) {
 // whose client sends nothing, not even the pongs to its pings; one that
 // reads (and so answers the pings) stays open.
 func TestWebSocket_silentClientIsClosed(t *testing.T) {
-	t.Parallel()
 	ping := wsPing{after: 100 * time.Millisecond, timeout: 100 * time.Millisecond}
 	addr := testproc.ServeH2C(t, sessionWebSocket(&stalledNode{raft: make(chan struct{})}, testWorkers(t), ping))
 	dial := func() *websocket.Conn {

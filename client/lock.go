@@ -77,14 +77,19 @@ func (l *Lock) Token() fencelock.Token { return l.token }
 // that ask (one signature costs it more than the rest of a grant): the
 // grant brings one with WithSequencer, renewals once Sequencer has been
 // called. So the first call without a proof covering the lease renews the
-// lease to get one (a round trip, bounded by the renewal interval). "" if
-// the cluster signs none, or no proof covering the lease could be had.
+// lease to get one: a round trip, after a renewal under way (calls made
+// meanwhile share it). "" if the cluster signs none, or no proof covering
+// the lease could be had.
 func (l *Lock) Sequencer() string {
 	l.seqWanted.Store(true)
 	if seq, ok := l.currentSequencer(); ok {
 		return seq
 	}
-	l.renew()
+	l.renewing.Lock()
+	if _, ok := l.currentSequencer(); !ok { // none came with a renewal we waited for
+		l.renewOnce()
+	}
+	l.renewing.Unlock()
 	seq, _ := l.currentSequencer()
 	return seq
 }
@@ -193,6 +198,11 @@ func onRenewGrid(born, now time.Time, d time.Duration) time.Duration {
 func (l *Lock) renew() {
 	l.renewing.Lock()
 	defer l.renewing.Unlock()
+	l.renewOnce()
+}
+
+// renewOnce is renew, with renewing held.
+func (l *Lock) renewOnce() {
 	if l.ctx.Err() != nil {
 		return
 	}

@@ -62,7 +62,6 @@ func (p *pingReader) Read(b []byte) (int, error) {
 // its connections) the waiting call fails as unanswered within seconds,
 // not after its wait.
 func TestStream_PingsOnlyWhileCallsAreOut(t *testing.T) {
-	t.Parallel()
 	srv := testproc.StartServer(t)
 	counter := &pingCounter{next: newTransport(nil)}
 	c := quietTestClient(t, srv.Addr, func(cfg *Config) {

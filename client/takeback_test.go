@@ -17,7 +17,6 @@ import (
 // reaches the node late), a new Acquire with that id gets a grant that no
 // late take-back ends: the lock stays held by it past the node's grace.
 func TestAcquire_RetryWithOwnRequestIDKeepsItsGrant(t *testing.T) {
-	t.Parallel()
 	srv := testproc.StartServer(t)
 	newClient := func() *Client {
 		return quietTestClient(t, srv.Addr, func(cfg *Config) {

@@ -16,14 +16,19 @@ type Holder interface {
 }
 
 // Transport sends every request with a held lock's fencing token (and
-// Domain, if set, as Fencing-Domain, and the lock's latest sequencer if it
-// has one, as Fencing-Sequencer), and sends nothing once the lease is
+// Domain, if set, as Fencing-Domain), and sends nothing once the lease is
 // lost: RoundTrip then fails at once with the lock's Err. It does not
 // interpret answers; ResponseError does.
 type Transport struct {
 	Base   http.RoundTripper // nil: http.DefaultTransport
 	Lock   Holder
 	Domain string
+	// Sequencer: send the lock's latest sequencer too, as
+	// Fencing-Sequencer, for a service that verifies one (WithVerifier).
+	// Lock must then have a Sequencer() string method, as *client.Lock
+	// has (acquire it with client.WithSequencer, or its first request
+	// waits for a renewal that brings one).
+	Sequencer bool
 }
 
 // RoundTrip sends a copy of req with the fencing headers.
@@ -39,8 +44,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.Domain != "" {
 		out.Header.Set(HeaderDomain, t.Domain)
 	}
-	if sl, ok := t.Lock.(interface{ Sequencer() string }); ok && sl.Sequencer() != "" {
-		out.Header.Set(HeaderSequencer, sl.Sequencer())
+	if t.Sequencer {
+		if sl, ok := t.Lock.(interface{ Sequencer() string }); ok {
+			if seq := sl.Sequencer(); seq != "" {
+				out.Header.Set(HeaderSequencer, seq)
+			}
+		}
 	}
 	base := t.Base
 	if base == nil {

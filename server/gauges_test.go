@@ -88,7 +88,6 @@ func TestMetrics_GaugesAndHistogramsFollowTheLocks(t *testing.T) {
 // A restart replays the log: its grants are no new events, and no new
 // samples of the hold and wait histograms.
 func TestEvents_ARestartDoesNotReplayThem(t *testing.T) {
-	t.Parallel()
 	srv := testproc.StartServer(t)
 	c := newClient(t, srv.Addr)
 	ctx := context.Background()

@@ -50,7 +50,7 @@ func newKey() (string, []byte) {
 
 // ensureIdentity gives a cluster that has no signing key its id (unless
 // it has one) and a first key. The first leader does it, before it is
-// ready, so that every grant it makes carries a sequencer; a restored
+// ready, so that every grant it makes can carry a sequencer; a restored
 // cluster keeps its own.
 func (s *Server) ensureIdentity() {
 	if id := s.fsm.Identity(); len(id.Keys) > 0 {

@@ -69,7 +69,6 @@ func TestRemoveMember_ConcurrentRemovalsKeepAQuorum(t *testing.T) {
 // removal leaves. Removing the other follower would leave the leader and a
 // node it cannot reach: no entry could commit, and no leader be elected.
 func TestRemoveMember_VoterCutOffFromRaftDoesNotCount(t *testing.T) {
-	t.Parallel()
 	proxies := map[string]*netproxy.Proxy{} // in front of each node's Raft address
 	c := fencelocktest.StartCluster(t, 3, func(i int, cfg *server.Config) {
 		if len(proxies) == 0 {

@@ -55,7 +55,6 @@ func ctxFor(tb testing.TB, d time.Duration) context.Context {
 }
 
 func TestServer_ExpiredLeaseHandsLockOnWithHigherToken(t *testing.T) {
-	t.Parallel()
 	srv := testproc.StartServer(t)
 	proxy := testproc.StartProxy(t, srv.Addr)
 	ctx := ctxFor(t, 30*time.Second)

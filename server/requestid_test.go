@@ -21,7 +21,6 @@ import (
 // place, and one that waits is granted a higher token once the stopped
 // holder's lease ends: never the first one's grant.
 func TestRequestID_AnotherProcessMakesItsOwnRequest(t *testing.T) {
-	t.Parallel()
 	srv := testproc.StartServer(t)
 	bin := testproc.Build(t, "github.com/fencelock/fencelock/internal/testproc/waiters")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

@@ -21,7 +21,6 @@ import (
 // real headless Chromium (Debian's chromium and chromium-driver): the page
 // shows a lock the test holds with its token, and drops it once released.
 func TestUI_ShowsALockAndUpdatesWhenItIsReleased(t *testing.T) {
-	t.Parallel()
 	wd := startChromeDriver(t)
 	srv := testproc.StartServer(t)
 	c := newClient(t, srv.Addr)
