@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +43,7 @@ type options struct {
 	clients                                  []int
 	locks                                    []bool // OneLock values
 	out, systems, peersDir, workDir          string
+	cpuProfile                               string
 	fencelockBin, fencelockAddr              string
 	etcdAddr, redisAOFAddr, redisNoPAddr     string
 	smoke, redisTwoStep                      bool
@@ -76,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.holdTTL, "hold-ttl", 10*time.Second, "lease TTL of the held locks; clients renew at about TTL/3")
 	fs.DurationVar(&o.holdFor, "hold-for", 15*time.Second, "measured window of the renewal cell, after every lock is held")
 	fs.IntVar(&o.nodes, "nodes", 1, "fencelock nodes to start (1, 3 or 5; one Raft group); run.sh starts as many etcd members")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the load generator's CPU profile (all cells, the clients' side) to this file")
 	fs.IntVar(&o.runs, "runs", 3, "measured runs per cell and system; the report gives the median (the runs of a cell take turns between systems)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -150,6 +153,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	br := &benchRun{o: o, logf: func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) },
 		serverPID: map[string][]int{}, sysAddr: map[string]string{}, sysTLS: map[string]*tls.Config{},
