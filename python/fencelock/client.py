@@ -86,7 +86,7 @@ class Client:
     # Locks.
 
     def lock(self, name: str, ttl: float = 10.0, *, wait: float | None = None, holder: str | None = None,
-             request_id: str | None = None, margin: float | None = None) -> "Lock":
+             request_id: str | None = None, margin: float | None = None, sequencer: bool = False) -> "Lock":
         """Takes the lock, waiting in FIFO order while it is held.
 
         ``wait`` bounds the wait in seconds (None: until granted; 0: a
@@ -96,7 +96,10 @@ class Client:
         InvalidArgument, NotHolder (the request's grant ended before its
         answer arrived), or Unavailable. An acquire that gives up (an
         exception, KeyboardInterrupt) takes back what its request left on
-        the service: its place in the queue, or its grant.
+        the service: its place in the queue, or its grant. ``sequencer``:
+        the grant brings its signed proof (Lock.sequencer) at once, and
+        renewals new ones; without it the node signs none until
+        Lock.sequencer is first read.
         """
         margin = _margin(ttl, margin)
         if wait is not None and wait < 0:
@@ -111,7 +114,7 @@ class Client:
             if pending is not None:
                 pending.wait()
         return _Acquisition(self, name, ttl, wait, holder if holder is not None else self.holder,
-                            rid, own_id, margin).run()
+                            rid, own_id, margin, sequencer).run()
 
     def try_lock(self, name: str, ttl: float = 10.0, **kw) -> "Lock":
         """Takes the lock if it is free; raises LockHeld otherwise."""
@@ -125,9 +128,12 @@ class Client:
         """
         return _wire.parse_duration(self._renew(name, lease_id, token, until).get("ttl"))
 
-    def _renew(self, name, lease_id, token, until=None) -> dict:
-        """Renew's answer: its ttl and its new sequencer."""
-        return self.call("Renew", {"name": name, "leaseId": lease_id, "token": str(token)}, until=until)
+    def _renew(self, name, lease_id, token, until=None, sequencer=True) -> dict:
+        """Renew's answer: its ttl, and a new sequencer if asked for."""
+        body = {"name": name, "leaseId": lease_id, "token": str(token)}
+        if not sequencer:
+            body["noSequencer"] = True
+        return self.call("Renew", body, until=until)
 
     def release(self, name: str, lease_id: str, token: int) -> None:
         """Ends a grant; the next waiter is granted at once. Raises NotHolder."""
@@ -264,9 +270,9 @@ def _margin(ttl, margin):
 class _Acquisition:
     """One acquire: a request id, and calls with it until granted or over."""
 
-    def __init__(self, c, name, ttl, wait, holder, rid, own_id, margin):
+    def __init__(self, c, name, ttl, wait, holder, rid, own_id, margin, sequencer):
         self.c, self.name, self.ttl, self.holder = c, name, ttl, holder
-        self.rid, self.own_id, self.margin = rid, own_id, margin
+        self.rid, self.own_id, self.margin, self.sequencer = rid, own_id, margin, sequencer
         self.first = time.monotonic()
         self.end = None if wait is None else self.first + wait
 
@@ -306,27 +312,33 @@ class _Acquisition:
 
     def _send(self, wait, keep_place):
         body = {"name": self.name, "ttl": _wire.duration(self.ttl), "wait": _wire.duration(wait),
-                "requestId": self.rid, "holder": self.holder, "keepPlace": keep_place}
+                "requestId": self.rid, "holder": self.holder, "keepPlace": keep_place,
+                "noSequencer": not self.sequencer}
         return _wire.grant(self.c.call("Acquire", body, extra=wait))
 
     def _granted(self, g) -> "Lock":
         """A grant that may be older than this acquire (a wait, a retry, the
         caller's own request id) is renewed first, so that the lease counts
         from a known instant."""
-        start = self.first
+        start = seq_start = self.first
         token, lease, ttl, seq, cluster = g
         if self.own_id or time.monotonic() - start > self.margin:
             now = time.monotonic()
             try:
-                self.c.renew(self.name, lease, token)
+                # A grant found by the caller's own request id may be older
+                # than this acquire: its sequencer is replaced.
+                ans = self.c._renew(self.name, lease, token, sequencer=self.own_id and self.sequencer)
                 start = now
+                if isinstance(ans.get("sequencer"), str) and ans["sequencer"]:
+                    seq, seq_start = ans["sequencer"], now
             except (errors.NotHolder, errors.LeaseExpired):
                 raise
             except errors.FencelockError:
                 if self.own_id:
                     raise  # no known start for the lease: give up, and take the grant back
         lock = Lock(self.c, self.name, token, lease, ttl, self.margin, start)
-        lock._sequencer, lock.cluster_id = seq, cluster
+        lock.cluster_id = cluster
+        lock._take_sequencer(seq, seq_start, asked=self.sequencer)
         return lock
 
     def _abandon(self, sync):

@@ -29,6 +29,10 @@ class Lock:
         self._mu = threading.Lock()
         self._deadline = start + ttl - margin
         self._sequencer = ""
+        self._seq_until = 0.0  # time.monotonic() until which _sequencer covers the lease
+        self._seq_wanted = False  # sequencer=True, or sequencer was read: renewals ask for one
+        self._unsigned = False  # the node signed none when asked: the cluster has no key
+        self._renewing = threading.Lock()  # readers of sequencer share one renewal
         self.cluster_id = ""
         self._released = threading.Event()
         self._thread = threading.Thread(target=self._keep_alive, name="fencelock-renew " + name, daemon=True)
@@ -37,9 +41,49 @@ class Lock:
     @property
     def sequencer(self) -> str:
         """The grant's latest signed proof, for resources that verify one: the
-        grant's, then each renewal's; "" if the cluster signs none."""
+        grant's, then each renewal's, valid until the lease it came with ends.
+
+        The node signs them only for holders that ask: the grant brings one
+        with ``lock(..., sequencer=True)``, renewals once this was read. So
+        the first read without a proof covering the lease renews the lease
+        to get one (a round trip; readers meanwhile share it). "" if the
+        cluster signs none, or no proof covering the lease could be had.
+        """
         with self._mu:
-            return self._sequencer
+            self._seq_wanted = True
+            if self._unsigned or time.monotonic() < self._seq_until:
+                return self._current_sequencer()
+        with self._renewing:
+            with self._mu:
+                fresh = self._unsigned or time.monotonic() < self._seq_until
+            if not fresh and not self.lost.is_set():
+                start = time.monotonic()
+                try:
+                    ans = self.client._renew(self.name, self.lease_id, self.token, until=self.deadline)
+                except (errors.NotHolder, errors.LeaseExpired) as e:
+                    self._lose(e)
+                except errors.FencelockError:
+                    pass  # no proof to be had now
+                else:
+                    self._extend(start + self.ttl - self.margin)
+                    self._take_sequencer(ans.get("sequencer"), start, asked=True)
+        with self._mu:
+            return self._current_sequencer()
+
+    def _current_sequencer(self):
+        """The sequencer if it still covers the lease, else ""; _mu held."""
+        return self._sequencer if time.monotonic() < self._seq_until else ""
+
+    def _take_sequencer(self, seq, start, asked):
+        """Keeps seq, brought by a call made at start (monotonic), if any;
+        asked: the call asked for one."""
+        with self._mu:
+            if asked:
+                self._seq_wanted = True
+            if isinstance(seq, str) and seq:
+                self._sequencer, self._seq_until, self._unsigned = seq, start + self.ttl - self.margin, False
+            elif asked:
+                self._unsigned = True
 
     @property
     def deadline(self) -> float:
@@ -95,12 +139,13 @@ class Lock:
         start = time.monotonic()
         done, out = threading.Event(), []
 
+        with self._mu:
+            asked = self._seq_wanted
+
         def renew():
             try:
-                ans = self.client._renew(self.name, self.lease_id, self.token, until=self.deadline)
-                if isinstance(ans.get("sequencer"), str) and ans["sequencer"]:
-                    with self._mu:
-                        self._sequencer = ans["sequencer"]
+                ans = self.client._renew(self.name, self.lease_id, self.token, until=self.deadline, sequencer=asked)
+                self._take_sequencer(ans.get("sequencer"), start, asked)
                 out.append(None)
             except BaseException as e:  # handed to the keep-alive thread
                 out.append(e)

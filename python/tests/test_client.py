@@ -21,6 +21,14 @@ def client(node):
     c.close()
 
 
+def test_the_node_signs_a_sequencer_only_when_asked(client):
+    with client.lock("py/seq", ttl=5) as a:
+        assert a._sequencer == "", "a grant without sequencer=True carried one"
+        assert a.sequencer.startswith("fls1."), "reading the sequencer did not fetch one"
+    with client.lock("py/seq", ttl=5, sequencer=True) as b:
+        assert b._sequencer.startswith("fls1."), "a grant with sequencer=True carried none"
+
+
 def test_lock_grants_increasing_tokens_and_releases_on_exit(client):
     with client.lock("py/basic", ttl=5) as a:
         assert a.token > 0 and not a.lost.is_set()

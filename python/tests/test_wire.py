@@ -119,13 +119,19 @@ def test_an_answered_unavailable_does_not_silence_the_node(fake):
 class HangingClient:
     """A client whose renewals hang (a frozen node) or come back as told."""
 
-    def __init__(self, delay):
-        self.delay, self.renewals = delay, 0
+    def __init__(self, delay, sequencer="fls1.renewed"):
+        self.delay, self.renewals, self.asked, self.sequencer = delay, 0, [], sequencer
+        self._mu = threading.Lock()
 
-    def _renew(self, name, lease_id, token, until=None):
-        self.renewals += 1
+    def _renew(self, name, lease_id, token, until=None, sequencer=True):
+        with self._mu:
+            self.renewals += 1
+            self.asked.append(sequencer)
         time.sleep(self.delay)
-        return {"ttl": "2s", "sequencer": "fls1.renewed"}
+        ans = {"ttl": "2s"}
+        if sequencer and self.sequencer:
+            ans["sequencer"] = self.sequencer
+        return ans
 
     def _release(self, *a):
         pass
@@ -154,9 +160,44 @@ def test_a_renewal_confirmed_after_the_deadline_does_not_extend_the_lease():
 def test_a_renewal_brings_a_new_sequencer():
     c = HangingClient(delay=0)
     lk = Lock(c, "x", 5, "a" * 32, ttl=0.6, margin=0.05, start=time.monotonic())
-    lk._sequencer = "fls1.first"
+    lk._take_sequencer("fls1.first", time.monotonic(), asked=True)  # as sequencer=True gives it
     deadline = time.monotonic() + 2
     while lk.sequencer == "fls1.first" and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert lk.sequencer == "fls1.renewed"
+    assert lk.sequencer == "fls1.renewed" and c.asked and all(c.asked)
+    lk.release()
+
+
+def test_renewals_sign_only_once_the_sequencer_is_read():
+    c = HangingClient(delay=0)
+    lk = Lock(c, "x", 5, "a" * 32, ttl=0.6, margin=0.05, start=time.monotonic())
+    lk._take_sequencer("", time.monotonic(), asked=False)  # a grant asked for none
+    time.sleep(0.5)  # two renewals
+    assert c.renewals >= 2 and not any(c.asked), c.asked
+    assert lk._sequencer == ""
+    before = c.renewals
+    assert lk.sequencer == "fls1.renewed"  # renews to get one
+    assert c.renewals == before + 1 and c.asked[-1] is True
+    time.sleep(0.3)
+    assert c.asked[-1] is True, "after the sequencer was read, renewals did not ask for one"
+    lk.release()
+
+
+def test_readers_of_the_sequencer_share_one_renewal():
+    c = HangingClient(delay=0.1)
+    lk = Lock(c, "x", 5, "a" * 32, ttl=30, margin=1, start=time.monotonic())  # no keep-alive renewal soon
+    got = []
+    readers = [threading.Thread(target=lambda: got.append(lk.sequencer)) for _ in range(6)]
+    for r in readers:
+        r.start()
+    for r in readers:
+        r.join()
+    assert got == ["fls1.renewed"] * 6 and c.renewals == 1, (got, c.renewals)
+    lk.release()
+
+
+def test_a_cluster_that_signs_none_is_asked_once():
+    c = HangingClient(delay=0, sequencer="")
+    lk = Lock(c, "x", 5, "a" * 32, ttl=30, margin=1, start=time.monotonic())
+    assert lk.sequencer == "" and lk.sequencer == "" and c.renewals == 1
     lk.release()
