@@ -1,12 +1,8 @@
 package client
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,14 +120,14 @@ func TestLock_SignsOnlyOnceSequencerIsRead(t *testing.T) {
 	}
 	// Callers that ask together share one renewal (the renewal timer
 	// may add one).
-	before := renewalsOf(t, srv.Addr)
+	before := testproc.Metric(t, srv.Addr, "fencelock_renewals_total")
 	var wg sync.WaitGroup
 	seqs := make([]string, 8)
 	for i := range seqs {
 		wg.Go(func() { seqs[i] = l.Sequencer() })
 	}
 	wg.Wait()
-	if n := renewalsOf(t, srv.Addr) - before; n < 1 || n > 2 {
+	if n := testproc.Metric(t, srv.Addr, "fencelock_renewals_total") - before; n < 1 || n > 2 {
 		t.Errorf("%d callers asking for a sequencer together made %v renewals; want 1 (2 with the timer's)", len(seqs), n)
 	}
 	got := seqs[0]
@@ -144,28 +140,6 @@ func TestLock_SignsOnlyOnceSequencerIsRead(t *testing.T) {
 	if now := heldSequencer(l); now == got || !leaseEnd(t, now).After(time.Now()) {
 		t.Fatal("after Sequencer was read, renewals did not bring sequencers that cover the lease")
 	}
-}
-
-// renewalsOf reads the node's count of renewals from its metrics.
-func renewalsOf(t *testing.T, addr string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "fencelock_renewals_total "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no fencelock_renewals_total in the node's metrics")
-	return 0
 }
 
 // TestLock_WithSequencer: the grant brings its sequencer, for this lock

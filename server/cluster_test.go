@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os/exec"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,33 +31,6 @@ func clusterClient(tb testing.TB, endpoints []string, retry time.Duration) *clie
 	}
 	tb.Cleanup(func() { c.Close() })
 	return c
-}
-
-// snapshotRestores reads fencelock_snapshot_restores_total{source} from the
-// node's /metrics.
-func snapshotRestores(tb testing.TB, addr, source string) float64 {
-	tb.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		tb.Fatalf("scrape %s: %v", addr, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		tb.Fatalf("scrape %s: %v", addr, err)
-	}
-	series := `fencelock_snapshot_restores_total{source="` + source + `"} `
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, series); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				tb.Fatalf("scrape %s: %q: %v", addr, line, err)
-			}
-			return f
-		}
-	}
-	tb.Fatalf("scrape %s: no series %s", addr, strings.TrimSpace(series))
-	return 0
 }
 
 // churn acquires and releases name n times and returns the highest token.
@@ -215,7 +186,7 @@ func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
 		return err1 == nil && err2 == nil && fs.AppliedIndex >= ls.CommitIndex && fs.LastSnapshotIndex > lagApplied
 	})
 	// The node says so: a log line and a counter, by source.
-	if got := snapshotRestores(t, cl.Nodes[lag].Addr, "leader"); got < 1 {
+	if got := testproc.Metric(t, cl.Nodes[lag].Addr, `fencelock_snapshot_restores_total{source="leader"}`); got < 1 {
 		t.Errorf("lagging node: fencelock_snapshot_restores_total{source=\"leader\"} = %v after InstallSnapshot, want at least 1", got)
 	}
 	if !strings.Contains(cl.Nodes[lag].Log(), "installed snapshot from leader") {
@@ -248,7 +219,7 @@ func TestCluster_SnapshotCatchUpAndFullRestart(t *testing.T) {
 	cl.WaitLeader(-1)
 	for i, s := range cl.Nodes {
 		// A restart restores the node's snapshot, and says it was local.
-		if got := snapshotRestores(t, s.Addr, "local"); got < 1 {
+		if got := testproc.Metric(t, s.Addr, `fencelock_snapshot_restores_total{source="local"}`); got < 1 {
 			t.Errorf("%s after a restart: fencelock_snapshot_restores_total{source=\"local\"} = %v, want at least 1", testproc.NodeID(i), got)
 		}
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,24 +12,6 @@ import (
 	"github.com/fencelock/fencelock/internal/testproc"
 )
 
-// metric returns the value of the series (name and labels exactly as
-// exported) on the node at addr, or -1 if it is absent.
-func metric(t *testing.T, addr, series string) float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindSubmatch(body)
-	if m == nil {
-		return -1
-	}
-	v, _ := strconv.ParseFloat(string(m[1]), 64)
-	return v
-}
-
 func TestMetrics_GaugesAndHistogramsFollowTheLocks(t *testing.T) {
 	t.Parallel()
 	srv := testproc.StartServer(t)
@@ -39,11 +19,11 @@ func TestMetrics_GaugesAndHistogramsFollowTheLocks(t *testing.T) {
 	ctx := context.Background()
 	for series, want := range map[string]float64{"fencelock_raft_leader": 1, `fencelock_raft_state{state="leader"}`: 1,
 		`fencelock_raft_state{state="follower"}`: 0, "fencelock_locks_held": 0, "fencelock_waiters": 0} {
-		if got := metric(t, srv.Addr, series); got != want {
+		if got := testproc.Metric(t, srv.Addr, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
 		}
 	}
-	if metric(t, srv.Addr, "fencelock_raft_term") < 1 || metric(t, srv.Addr, "fencelock_leader_changes_total") < 0 {
+	if testproc.Metric(t, srv.Addr, "fencelock_raft_term") < 1 || testproc.Metric(t, srv.Addr, "fencelock_leader_changes_total") < 0 {
 		t.Errorf("term or leader changes missing")
 	}
 	held, err := c.Acquire(ctx, "m/a", client.WithTTL(10*time.Second))
@@ -58,10 +38,10 @@ func TestMetrics_GaugesAndHistogramsFollowTheLocks(t *testing.T) {
 		}
 		done <- err
 	}()
-	for metric(t, srv.Addr, "fencelock_waiters") != 1 {
+	for testproc.Metric(t, srv.Addr, "fencelock_waiters") != 1 {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if got := metric(t, srv.Addr, "fencelock_locks_held"); got != 1 {
+	if got := testproc.Metric(t, srv.Addr, "fencelock_locks_held"); got != 1 {
 		t.Errorf("fencelock_locks_held = %v with one lock held, want 1", got)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -71,16 +51,16 @@ func TestMetrics_GaugesAndHistogramsFollowTheLocks(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if got := metric(t, srv.Addr, "fencelock_lock_hold_seconds_count"); got != 2 {
+	if got := testproc.Metric(t, srv.Addr, "fencelock_lock_hold_seconds_count"); got != 2 {
 		t.Errorf("fencelock_lock_hold_seconds_count = %v after two grants ended, want 2", got)
 	}
-	if got := metric(t, srv.Addr, "fencelock_lock_wait_seconds_count"); got != 2 {
+	if got := testproc.Metric(t, srv.Addr, "fencelock_lock_wait_seconds_count"); got != 2 {
 		t.Errorf("fencelock_lock_wait_seconds_count = %v after two grants, want 2", got)
 	}
-	if got := metric(t, srv.Addr, `fencelock_lock_wait_seconds_bucket{le="0"}`); got != 1 {
+	if got := testproc.Metric(t, srv.Addr, `fencelock_lock_wait_seconds_bucket{le="0"}`); got != 1 {
 		t.Errorf("grants that did not wait = %v, want 1 (the second waited)", got)
 	}
-	if got := metric(t, srv.Addr, "fencelock_lock_hold_seconds_sum"); got < 0.1 {
+	if got := testproc.Metric(t, srv.Addr, "fencelock_lock_hold_seconds_sum"); got < 0.1 {
 		t.Errorf("hold time sum = %v s, want at least the 0.1 s the first grant was held", got)
 	}
 }
@@ -100,12 +80,12 @@ func TestEvents_ARestartDoesNotReplayThem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := metric(t, srv.Addr, "fencelock_lock_wait_seconds_count"); got != 3 {
+	if got := testproc.Metric(t, srv.Addr, "fencelock_lock_wait_seconds_count"); got != 3 {
 		t.Fatalf("wait samples before the restart = %v, want 3", got)
 	}
 	srv.Kill9()
 	srv.Start()
-	if got := metric(t, srv.Addr, "fencelock_lock_wait_seconds_count"); got != 0 {
+	if got := testproc.Metric(t, srv.Addr, "fencelock_lock_wait_seconds_count"); got != 0 {
 		t.Errorf("wait samples after a restart = %v, want 0: the replayed log counted again", got)
 	}
 	resp, err := http.Get("http://" + srv.Addr + "/ui/events")
