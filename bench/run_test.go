@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"errors"
+	"net"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -193,5 +195,49 @@ func TestStartServers_NodeThatExitsIsReported(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("StartServers still waiting 20 s after its nodes exited")
+	}
+}
+
+// The floor excludes and orders like a lock service, or its figures would
+// not be a floor of one: one client and four on one lock keep token order
+// and exclusion, and a release by a client that holds nothing is refused.
+func TestFloor(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go ServeFloor(ln, filepath.Join(t.TempDir(), "floor.log"))
+	f := NewFloor(ln.Addr().String(), time.Millisecond)
+	ctx := context.Background()
+	for _, cell := range []Cell{{Clients: 1}, {Clients: 4, OneLock: true}} {
+		res, err := RunCell(ctx, f, cell, 300*time.Millisecond, "floor-test/"+cell.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.OK() || res.Errors > 0 || res.Pairs < 10 {
+			t.Errorf("%v: %d pairs, %d token violations, %d overlaps, %d errors (%v)",
+				cell, res.Pairs, res.TokenViolations, res.Overlaps, res.Errors, res.FirstErr)
+		}
+	}
+	a, err := f.NewLocker(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := f.NewLocker(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := a.Acquire(ctx, "floor-test/x"); err != nil {
+		t.Fatal(err)
+	}
+	b.(*floorLocker).name = "floor-test/x"
+	if err := b.Release(ctx); err == nil {
+		t.Error("a release by a client that does not hold the lock succeeded")
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Error(err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -29,6 +30,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "floor-serve" { // the go-floor system's server: floor-serve ADDR LOG
+		serveFloor(os.Args[2], os.Args[3])
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stderr)
 	stop()
@@ -36,6 +41,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fencebench:", err)
 		os.Exit(1)
 	}
+}
+
+func serveFloor(addr, log string) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		err = bench.ServeFloor(ln, log)
+	}
+	fmt.Fprintln(os.Stderr, "fencebench floor-serve:", err)
+	os.Exit(1)
 }
 
 type options struct {
@@ -61,7 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	locks := fs.String("locks", "own,one", "comma-separated: own (each client its own lock), one (all on one lock)")
 	fs.StringVar(&o.out, "out", "bench-results.md", "markdown file to write")
 	fs.BoolVar(&o.smoke, "smoke", false, "very short run (200 ms per cell, no warm-up, 20 fsyncs) that checks the harness, not the numbers")
-	fs.StringVar(&o.systems, "systems", "fencelock,fencelock-perworker,fencelock-tls,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of; fencelock-perworker is the same server with a client per worker instead of one shared client; fencelock-tls the same with TLS everywhere and a policy (its own nodes)")
+	fs.StringVar(&o.systems, "systems", "fencelock,fencelock-perworker,fencelock-tls,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of; fencelock-perworker is the same server with a client per worker instead of one shared client; fencelock-tls the same with TLS everywhere and a policy (its own nodes); go-floor the floor of a lock service in Go (see bench/floor.go)")
 	fs.StringVar(&o.peersDir, "peers-dir", "", "directory given to peers.sh up: reads peers.env (addresses) and *.pid (for server CPU)")
 	fs.StringVar(&o.workDir, "work-dir", "", "directory for fencelock's data and the fsync probe (default: a new temporary directory, removed after)")
 	fs.StringVar(&o.fencelockBin, "fencelock-bin", "", "fencelock binary to start as 'serve' (go build -o BIN ./cmd/fencelock)")
@@ -394,10 +408,17 @@ type nodes struct {
 	srvs []*bench.Server
 }
 
-// startedNodes holds the plain and the TLS nodes, started on first use.
-type startedNodes struct{ plain, tls *nodes }
+// startedNodes holds the plain and the TLS nodes, started on first use,
+// and the floor's server.
+type startedNodes struct {
+	plain, tls *nodes
+	floor      *bench.FloorServer
+}
 
 func (s *startedNodes) stop() {
+	if s.floor != nil {
+		s.floor.Stop()
+	}
 	for _, n := range []*nodes{s.plain, s.tls} {
 		if n != nil {
 			for _, srv := range n.srvs {
@@ -475,6 +496,8 @@ func openTarget(ctx context.Context, name string, o options, workDir string, sta
 			return nil, nil, fmt.Errorf("%s: %w", name, err)
 		}
 		return t, n, nil
+	case name == bench.FloorSystem:
+		return openFloor(started, workDir, o, rp)
 	case name == "etcd":
 		if o.etcdAddr == "" {
 			return nil, nil, errors.New("etcd: give --etcd or --peers-dir")
@@ -506,4 +529,20 @@ func openTarget(ctx context.Context, name string, o options, workDir string, sta
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return t, nil, nil
+}
+
+// openFloor starts the floor's server (this program, floor-serve) and
+// returns its Target and process.
+func openFloor(started *startedNodes, workDir string, o options, rp *bench.Report) (bench.Target, *nodes, error) {
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err := bench.StartFloor(bin, filepath.Join(workDir, "floor"))
+	if err != nil {
+		return nil, nil, err
+	}
+	started.floor = srv
+	rp.Notes = append(rp.Notes, "go-floor: not a lock service but the floor of one written in Go: a lock table in memory, every change written to a log with one fdatasync per batch (as fencelock's node), a WebSocket per client, on one thread; no consensus, leases, queue, protobuf or authentication; a client that finds the lock held retries as Redis's does")
+	return bench.NewFloor(srv.Addr, o.redisRetry), &nodes{addr: srv.Addr, pids: []int{srv.PID()}}, nil
 }
