@@ -238,11 +238,11 @@ func (a *acquisition) granted(ctx context.Context, g *fencelockv1.Grant) (*Lock,
 
 // abandon ends with err an acquisition that may have left something on
 // the service (a place in the queue, a grant): it sends CancelWait at
-// once, in the background, on a context of its own. The node takes a
-// request back by itself too: at once when the call was cancelled on its
-// stream, 3 s after a call that ended otherwise. This covers what the
-// node cannot see: a grant already on its way when the cancel arrived, an
-// earlier attempt whose outcome was unknown, a place kept between calls.
+// once, in the background. The node takes a request back by itself too:
+// at once when the call was cancelled on its stream, 3 s after a call
+// that ended otherwise. This covers what the node cannot see: a grant
+// already on its way when the cancel arrived, an earlier attempt whose
+// outcome was unknown, a place kept between calls.
 func (a *acquisition) abandon(err error) error {
 	a.state = stateAbandoned
 	done := a.c.takeBacks.hold(a.o.requestID)
@@ -254,15 +254,17 @@ func (a *acquisition) abandon(err error) error {
 }
 
 // cancelWait takes request rid out of name's queue, or ends the grant it
-// got. Nothing to cancel is not an error.
+// got. An attempt whose outcome is unknown may still land later, so it
+// is retried, as any call, until a node answers (up to RetryTimeout of
+// retries, or Close): until then a new Acquire with the same request id
+// waits (takeBacks), or the late one could end its grant. Nothing to
+// cancel is not an error.
 func (c *Client) cancelWait(name, rid string) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.AttemptTimeout)
-	defer cancel()
-	err := c.call(ctx, 0, func(ctx context.Context, ep *endpoint) error {
+	err := c.call(c.closed, 0, func(ctx context.Context, ep *endpoint) error {
 		return ep.node.cancelWait(ctx, name, rid)
 	})
 	if err != nil && !errors.Is(err, fencelock.ErrNotFound) {
-		c.cfg.Logger.Debug("could not take back an abandoned acquire; the service does within seconds", "lock", name, "err", err)
+		c.cfg.Logger.Warn("could not take back an abandoned acquire; the service does within seconds", "lock", name, "err", err)
 	}
 }
 

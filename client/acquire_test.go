@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,5 +207,99 @@ func TestClient_SkipsASilentNodeThatAFollowerNames(t *testing.T) {
 	defer l.Release(ctx)
 	if got, _ := frozen.counts(); got != 1 {
 		t.Errorf("the frozen node got %d calls, want 1: the hint naming it was followed", got)
+	}
+}
+
+// A grant answered a while after the call (within the safety margin, so
+// not renewed before use) is renewed TTL/3 after the moment its lease
+// counts from, not TTL/3 after the answer: with a margin over TTL/3 the
+// latter would come after the lock's deadline, and a lock whose renewals
+// all succeed would be lost.
+func TestLock_FirstRenewalCountsFromTheLeaseStart(t *testing.T) {
+	t.Parallel()
+	n := &renewCountNode{}
+	n.fn = func(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+		time.Sleep(700 * time.Millisecond) // in line behind a short holder
+		return &fencelockv1.Grant{Name: r.Name, Token: 5, LeaseId: "lease-5", Ttl: durationpb.New(3 * time.Second)}, nil
+	}
+	c := fakeClient(t, n, nil)
+	l, err := c.Acquire(context.Background(), "x", WithTTL(3*time.Second), WithSafetyMargin(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	time.Sleep(2 * time.Second) // past the deadline without a renewal (start + 1.5 s)
+	if err := l.Err(); err != nil {
+		t.Fatalf("a lock whose renewals succeed was lost: %v", err)
+	}
+	if n.renews.Load() == 0 {
+		t.Fatal("no renewal was made")
+	}
+}
+
+// renewCountNode is a scriptNode that counts renewals.
+type renewCountNode struct {
+	scriptNode
+	renews atomic.Int32
+}
+
+func (n *renewCountNode) renew(ctx context.Context, r *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
+	n.renews.Add(1)
+	return n.scriptNode.renew(ctx, r)
+}
+
+// cancelUnknownNode: the first Acquire waits until its caller gives up;
+// the first CancelWait's outcome is unknown (it waits until its attempt
+// times out, and may still land later), the next ones are answered. It
+// records an Acquire sent while no CancelWait had been answered.
+type cancelUnknownNode struct {
+	flakyNode
+	acquires, cancels atomic.Int32
+	answered, raced   atomic.Bool
+}
+
+func (n *cancelUnknownNode) acquire(ctx context.Context, r *fencelockv1.AcquireRequest) (*fencelockv1.Grant, error) {
+	if n.acquires.Add(1) == 1 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if !n.answered.Load() {
+		n.raced.Store(true)
+	}
+	return grantOf(r), nil
+}
+
+func (n *cancelUnknownNode) cancelWait(ctx context.Context, _, _ string) error {
+	if n.cancels.Add(1) == 1 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	n.answered.Store(true)
+	return nil
+}
+
+// A new Acquire with a request id whose take-back has an unknown outcome
+// waits until a take-back is answered: a CancelWait that lands after the
+// new grant would end it.
+func TestAcquire_OwnIDWaitsForATakeBackAnswered(t *testing.T) {
+	t.Parallel()
+	n := &cancelUnknownNode{}
+	c := fakeClient(t, n, func(cfg *Config) { cfg.AttemptTimeout = 200 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_, err := c.Acquire(ctx, "x", WithRequestID("r"))
+	cancel()
+	if err == nil {
+		t.Fatal("the first Acquire did not give up")
+	}
+	l, err := c.Acquire(context.Background(), "x", WithRequestID("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	if n.raced.Load() {
+		t.Fatal("an Acquire with the request id went out while its take-back had an unknown outcome")
+	}
+	if n.cancels.Load() < 2 {
+		t.Fatalf("%d CancelWait calls; want the unknown one retried", n.cancels.Load())
 	}
 }

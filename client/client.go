@@ -129,6 +129,8 @@ type Client struct {
 	epMu      sync.Mutex                  // serialises additions to eps
 	next      atomic.Uint32               // index of the endpoint to try first
 	close     func()
+	closed    context.Context // ends at Close: work the client does in the background stops
+	stop      context.CancelFunc
 	takeBacks takeBacks
 	born      time.Time // when the client was made: its renewals' grid (onRenewGrid)
 	instance  string    // random, per Client: scopes its own request ids (ownRequestID)
@@ -155,6 +157,7 @@ func NewFromConfig(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, hc: cfg.HTTPClient, close: func() {}, born: time.Now(), instance: string(fencelock.NewLeaseID())[:16]}
+	c.closed, c.stop = context.WithCancel(context.Background())
 	closeIdle := func() {} // the caller's HTTP client is the caller's to manage
 	if c.hc == nil {
 		tr := newTransport(cfg.TLS)
@@ -228,6 +231,7 @@ func (c *Client) scheme() string {
 // Close ends the client's streams and closes its idle connections; calls
 // still out fail. Held locks are not released.
 func (c *Client) Close() error {
+	c.stop()
 	for _, ep := range *c.eps.Load() {
 		if s, ok := ep.node.(interface{ close() }); ok {
 			s.close()

@@ -60,7 +60,7 @@ func (c *Client) newLock(g *fencelockv1.Grant, start, seqStart time.Time, margin
 	// Renewals run on a timer, not in a goroutine of their own: a lock
 	// released before its first renewal (most of them) costs no goroutine,
 	// and Release does not wait for one to stop.
-	l.renewal = time.AfterFunc(onRenewGrid(c.born, time.Now(), l.renewInterval()), l.renew)
+	l.renewal = time.AfterFunc(l.nextRenewal(start), l.renew)
 	l.mu.Unlock()
 	return l
 }
@@ -180,6 +180,16 @@ func (l *Lock) extend(d time.Time) {
 // renewInterval is how often the lease is renewed: about TTL/3.
 func (l *Lock) renewInterval() time.Duration { return l.ttl / 3 }
 
+// nextRenewal returns how long from now the renewal after the lease
+// counted from start is due: at start + TTL/3, on the grid, at once if
+// that has passed. Counted from start, not from now: a grant answered
+// late (up to the margin after start, see granted) would otherwise be
+// renewed after its deadline, with a margin over TTL/3.
+func (l *Lock) nextRenewal(start time.Time) time.Duration {
+	now := time.Now()
+	return onRenewGrid(l.c.born, now, max(start.Add(l.renewInterval()).Sub(now), 0))
+}
+
 // renewGrid aligns the renewals of a client's locks: those due within the
 // same 20 ms go out together, in one message, and the node signs their
 // sequencers under one signature. Each client's grid starts when the
@@ -223,7 +233,7 @@ func (l *Lock) renewOnce() {
 			l.unsigned = resp.GetSequencer() == ""
 			l.mu.Unlock()
 		}
-		l.scheduleRenewal(onRenewGrid(l.c.born, time.Now(), interval))
+		l.scheduleRenewal(l.nextRenewal(start))
 	case errors.Is(err, fencelock.ErrNotHolder), errors.Is(err, fencelock.ErrLeaseExpired):
 		l.mu.Lock()
 		l.lose(err)

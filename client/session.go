@@ -142,23 +142,21 @@ func (n *sessionNode) do(ctx context.Context, c *fencelockv1.Call) (*fencelockv1
 		return n.unary(ctx, c)
 	}
 	st := n.open()
-	ch, id := st.add(c)
+	ch, id := st.add(c) // ch is nil if st ended before: never ready
 	select {
 	case r := <-ch:
-		if e := r.GetError(); e != nil {
-			err := wire.FromStatus(e)
-			if errors.Is(err, fencelock.ErrNotLeader) {
-				n.leave(st)
-			}
-			return nil, err
-		}
-		return r, nil
+		return n.result(st, r)
 	case <-st.dead:
+		select {
+		case r := <-ch: // answered before the stream ended: not to be sent again
+			return n.result(st, r)
+		default:
+		}
 		switch {
 		case errors.Is(st.err, errNoStreams):
 			n.noStreams.Store(true)
 			return n.unary(ctx, c)
-		case errors.Is(st.err, errLeft): // left as this call was added: a new stream
+		case errors.Is(st.err, errLeft) && ch == nil: // left before this call was added: a new stream
 			return n.do(ctx, c)
 		}
 		return nil, wire.NoAnswer(st.err)
@@ -168,10 +166,27 @@ func (n *sessionNode) do(ctx context.Context, c *fencelockv1.Call) (*fencelockv1
 	}
 }
 
-// add queues call c and returns the channel of its result.
+// result is the outcome of answer r on st; a not_leader answer leaves st.
+func (n *sessionNode) result(st *stream, r *fencelockv1.Result) (*fencelockv1.Result, error) {
+	if e := r.GetError(); e != nil {
+		err := wire.FromStatus(e)
+		if errors.Is(err, fencelock.ErrNotLeader) {
+			n.leave(st)
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+// add queues call c and returns the channel of its result, or nil if the
+// stream has ended (c is not queued: it may go on another stream).
 func (st *stream) add(c *fencelockv1.Call) (chan *fencelockv1.Result, uint64) {
-	ch := make(chan *fencelockv1.Result, 1)
 	st.mu.Lock()
+	if st.err != nil {
+		st.mu.Unlock()
+		return nil, 0
+	}
+	ch := make(chan *fencelockv1.Result, 1)
 	st.next++
 	c.Id = st.next
 	if len(st.calls) == 0 {

@@ -144,3 +144,50 @@ func TestStream_DropBeforeSendSendsNothing(t *testing.T) {
 		t.Errorf("cancels %v, want only call %d, the one sent", st.cancels, sent)
 	}
 }
+
+// idleCarrier sends into nothing and never receives: a stream whose
+// answers the test hands to the calls itself.
+type idleCarrier struct{}
+
+func (idleCarrier) Send(*fencelockv1.SessionRequest) error         { return nil }
+func (idleCarrier) Receive() (*fencelockv1.SessionResponse, error) { select {} }
+func (idleCarrier) CloseRequest() error                            { return nil }
+func (idleCarrier) CloseResponse() error                           { return nil }
+
+// A call answered just before its stream is left (another call's answer
+// was not_leader) returns that answer: it is not sent again on a new
+// stream, where a release that succeeded would fail with NotHolder. And a
+// call made on a stream left before the call was added goes on a new one.
+func TestSession_AnsweredCallIsNotSentAgainWhenTheStreamIsLeft(t *testing.T) {
+	t.Parallel()
+	for i := 0; i < 40; i++ {
+		n := newSessionNode(newConnectNode(http.DefaultClient, "http://127.0.0.1:1"), func() {}, newWSDialer("http://127.0.0.1:1", nil, ""))
+		st := &stream{bidi: idleCarrier{}, cancel: func() {}, wake: make(chan struct{}, 1), dead: make(chan struct{}),
+			calls: make(map[uint64]chan *fencelockv1.Result)}
+		st.timer = time.AfterFunc(time.Hour, func() {})
+		st.timer.Stop()
+		n.cur = st
+		go func() { // the node answers the call; then the stream is left
+			<-st.wake
+			st.mu.Lock()
+			c := st.pending[0]
+			st.pending = nil
+			ch := st.calls[c.Id]
+			delete(st.calls, c.Id)
+			ch <- &fencelockv1.Result{Id: c.Id, Result: &fencelockv1.Result_Release{Release: &fencelockv1.ReleaseResponse{}}}
+			st.mu.Unlock()
+			n.leave(st)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := n.release(ctx, &fencelockv1.ReleaseRequest{Name: "x", LeaseId: "l", Token: 1})
+		cancel()
+		if err != nil {
+			t.Fatalf("release %d, answered with success, failed: %v", i, err)
+		}
+	}
+	st := &stream{dead: make(chan struct{}), calls: make(map[uint64]chan *fencelockv1.Result)}
+	st.err = errLeft
+	if ch, _ := st.add(&fencelockv1.Call{}); ch != nil || len(st.pending) != 0 {
+		t.Error("a call was queued on a stream that had ended")
+	}
+}
