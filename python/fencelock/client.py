@@ -344,7 +344,12 @@ class _Acquisition:
     def _abandon(self, sync):
         """Takes back what the request left: its place, or its grant. The
         node does so by itself a few seconds after the request's last call
-        ended; this is sooner, and also ends a grant whose answer was lost."""
+        ended; this is sooner, and also ends a grant whose answer was lost.
+        In the background it is retried until a node answers (up to
+        retry_timeout): an attempt whose outcome is unknown may still land,
+        and a new lock() with the same request id waits for the answer, or
+        the late one could end its grant. In sync (the process is ending) it
+        gets one attempt's time."""
         c, done = self.c, threading.Event()
         with c._mu:
             c._take_backs[self.rid] = done
@@ -352,7 +357,7 @@ class _Acquisition:
         def take_back():
             try:
                 c.call("CancelWait", {"name": self.name, "requestId": self.rid},
-                       until=time.monotonic() + c.attempt_timeout)
+                       until=time.monotonic() + c.attempt_timeout if sync else None)
             except errors.FencelockError as e:
                 if e.code != "not_found":
                     log.debug("could not take back an abandoned acquire of %s (the node does within seconds): %s",

@@ -28,6 +28,7 @@ class Lock:
         self.cause = None
         self._mu = threading.Lock()
         self._deadline = start + ttl - margin
+        self._start = start  # the first renewal is due TTL/3 after it
         self._sequencer = ""
         self._seq_until = 0.0  # time.monotonic() until which _sequencer covers the lease
         self._seq_wanted = False  # sequencer=True, or sequencer was read: renewals ask for one
@@ -121,7 +122,7 @@ class Lock:
         on a thread of its own, so that a call that hangs cannot hold up the
         deadline."""
         interval = self.ttl / 3
-        due = time.monotonic() + interval
+        due = self._start + interval  # from the lease's start, not now: the grant may have come late
         try:
             while not self.lost.is_set():
                 if self._released.wait(max(0.0, min(due, self.deadline) - time.monotonic())):

@@ -12,6 +12,7 @@ import pytest
 
 import fencelock
 from fencelock import _wire
+from fencelock.client import _Acquisition
 from fencelock.lock import Lock
 
 
@@ -157,6 +158,19 @@ def test_a_renewal_confirmed_after_the_deadline_does_not_extend_the_lease():
     assert lk.deadline == pytest.approx(start + 1.35)
 
 
+def test_the_first_renewal_counts_from_the_lease_start():
+    # A grant answered late (within the margin, so not renewed before use):
+    # with the first renewal TTL/3 after the answer, the deadline would pass
+    # first, though every renewal succeeds.
+    c = HangingClient(delay=0)
+    start = time.monotonic() - 0.7
+    lk = Lock(c, "x", 5, "a" * 32, ttl=3, margin=1.5, start=start)
+    time.sleep(1.2)  # past the deadline without a renewal (start + 1.5 s)
+    lk.check()
+    assert c.renewals >= 1
+    lk.release()
+
+
 def test_a_renewal_brings_a_new_sequencer():
     c = HangingClient(delay=0)
     lk = Lock(c, "x", 5, "a" * 32, ttl=0.6, margin=0.05, start=time.monotonic())
@@ -201,3 +215,42 @@ def test_a_cluster_that_signs_none_is_asked_once():
     lk = Lock(c, "x", 5, "a" * 32, ttl=30, margin=1, start=time.monotonic())
     assert lk.sequencer == "" and lk.sequencer == "" and c.renewals == 1
     lk.release()
+
+
+class SlowCancelNode(http.server.BaseHTTPRequestHandler):
+    """The first CancelWait answers only after the client's attempt timed
+    out (its outcome unknown to the client); the next ones at once."""
+
+    cancels = 0
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).cancels += 1
+        if type(self).cancels == 1:
+            time.sleep(0.6)
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *a):
+        pass
+
+
+def test_a_take_back_whose_outcome_is_unknown_is_retried_until_answered():
+    # A new lock() with the request id waits while the take-back is under
+    # way; one given up after an unknown attempt could land after its grant.
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowCancelNode)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        c = fencelock.Client(["127.0.0.1:%d" % srv.server_address[1]], attempt_timeout=0.2, retry_timeout=5)
+        rid = c._own_request_id("r")
+        _Acquisition(c, "x", 5, None, "h", rid, True, 0.5, False)._abandon(sync=False)
+        deadline = time.monotonic() + 5
+        while rid in c._take_backs and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rid not in c._take_backs
+        assert SlowCancelNode.cancels >= 2, "the take-back was given up with its outcome unknown"
+    finally:
+        srv.shutdown()
+        srv.server_close()
