@@ -79,7 +79,8 @@ func Handler(s *server.Server) http.Handler {
 // boundBodies caps the body of every request but a Session stream's (whose
 // messages Connect bounds one by one) at a message's size and a little:
 // past it the read fails and the connection is not drained, so a body that
-// claims a gigabyte costs no more than the cap.
+// claims a gigabyte costs no more than the cap. A Session stream gets its
+// response's controller, for write deadlines (h2Stream).
 func boundBodies(next http.Handler) http.Handler {
 	session := fencelockv1connect.LockServiceSessionProcedure
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -89,6 +90,7 @@ func boundBodies(next http.Handler) http.Handler {
 			r.Body = http.MaxBytesReader(w, r.Body, maxMessageBytes+4096)
 		default:
 			r.Body = bufferedBody{bufio.NewReaderSize(r.Body, 4096), r.Body}
+			r = r.WithContext(context.WithValue(r.Context(), responseControllerKey{}, http.NewResponseController(w)))
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -28,11 +29,11 @@ var errTooManyCalls = fmt.Errorf("more than %d calls and refusals on one stream:
 
 // maxProposing bounds the calls of one stream that are neither answered nor
 // waiting in a lock's queue: calls whose entries are on their way through
-// Raft. The stream is not read further until one of them is, so a burst of
-// one client's calls puts no more than these ahead of another client's
-// call in Raft's queue and on the node's threads; HTTP/2's flow control
-// holds the rest in the client. Renewals take no slot: they do not go
-// through Raft, and must not wait behind a burst of acquires.
+// Raft. The others wait for a slot, so a burst of one client's calls puts
+// no more than these ahead of another client's call in Raft's queue and
+// on the node's threads. Renewals, cancels and pings take no slot and are
+// not held up: the stream is read on while calls wait (up to
+// maxSessionCalls).
 const maxProposing = 256
 
 // maxResults bounds the results one SessionResponse carries.
@@ -44,7 +45,63 @@ const maxResults = 256
 // stream the client closes cleanly (io.EOF) still gets the answers of its
 // calls under way.
 func (a *lockAPI) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
-	return serveSession(ctx, a.s, a.workers, st)
+	return serveSession(ctx, a.s, a.workers, newH2Stream(ctx, st, defaultWSPing.after+defaultWSPing.timeout))
+}
+
+// responseControllerKey carries a Session request's http.ResponseController
+// in its context (boundBodies puts it there).
+type responseControllerKey struct{}
+
+// h2Stream is a Session stream on HTTP/2 (Connect).
+type h2Stream struct {
+	*connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]
+	rc     *http.ResponseController // nil: no write deadline (served other than by Handler)
+	window time.Duration            // how long a Send may take
+	stuck  *time.Timer              // armed while a Send runs: resets the stream
+
+	mu      sync.Mutex
+	sending bool // a Send runs: the stream's response may be used
+}
+
+// newH2Stream is st, whose Sends may take up to window; ctx is the
+// handler's (its request's, through boundBodies).
+func newH2Stream(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse], window time.Duration) *h2Stream {
+	rc, _ := ctx.Value(responseControllerKey{}).(*http.ResponseController)
+	return &h2Stream{BidiStream: st, rc: rc, window: window}
+}
+
+// Send writes m, resetting the stream if the client has not taken it
+// within the window (Session's: the time a silent WebSocket client is
+// given): a client that stops reading fills HTTP/2's window, and a send
+// would wait for it forever. (An HTTP/2 write deadline also fires on an
+// idle stream, so the stream's is set, to the past, only once a send is
+// stuck.)
+func (s *h2Stream) Send(m *fencelockv1.SessionResponse) error {
+	if s.rc == nil {
+		return s.BidiStream.Send(m)
+	}
+	if s.stuck == nil {
+		s.stuck = time.AfterFunc(time.Hour, s.reset)
+	}
+	s.mu.Lock()
+	s.sending = true
+	s.mu.Unlock()
+	s.stuck.Reset(s.window)
+	err := s.BidiStream.Send(m)
+	s.stuck.Stop()
+	s.mu.Lock()
+	s.sending = false // after this the handler may return: reset must not touch rc
+	s.mu.Unlock()
+	return err
+}
+
+// reset resets the stream if a Send still runs.
+func (s *h2Stream) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sending {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(-time.Second))
+	}
 }
 
 // sessionStream is one Session stream: a Connect stream, or a WebSocket.
@@ -72,7 +129,8 @@ func serveSession(ctx context.Context, n node, w *workers, st sessionStream) err
 		stream: ctx, base: context.WithoutCancel(ctx), workers: w}
 	ss.box = &outbox{st: st,
 		sent:  func(n int) { ss.active.Add(-int64(n)) },
-		alone: func() bool { return ss.active.Load() <= 1 }}
+		alone: func() bool { return ss.active.Load() <= 1 },
+		broke: cancel}
 	ss.box.idle.L = &ss.box.mu
 	read := make(chan error, 1)
 	go func() { read <- ss.read(ctx, st) }()
@@ -161,12 +219,6 @@ type session struct {
 // hands the grant back.
 func (ss *session) gone() bool { return ss.stream.Err() != nil }
 
-// running is one call under way.
-type running struct {
-	cancel context.CancelCauseFunc
-	done   chan struct{} // closed when the call has ended
-}
-
 // read starts the stream's calls and cancels those whose callers gave up,
 // until the stream ends.
 func (ss *session) read(ctx context.Context, st sessionStream) error {
@@ -186,15 +238,7 @@ func (ss *session) read(ctx context.Context, st sessionStream) error {
 		}
 		ss.mu.Unlock()
 		for _, c := range m.Calls {
-			slotted := c.GetRenew() == nil // a renewal does not go through Raft
-			if slotted {
-				select {
-				case ss.proposing <- struct{}{}:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
-			if err := ss.start(c, slotted); err != nil {
+			if err := ss.start(c); err != nil {
 				return err
 			}
 		}
@@ -202,16 +246,8 @@ func (ss *session) read(ctx context.Context, st sessionStream) error {
 }
 
 // start runs call c, or refuses it at once if its id runs already or the
-// stream has too many calls; it frees c's slot in proposing (slotted: it
-// took one) once c is answered or queued. errTooManyCalls: the stream must
-// end.
-func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
-	var once sync.Once
-	free := func() {
-		if slotted {
-			once.Do(func() { <-ss.proposing })
-		}
-	}
+// stream has too many calls. errTooManyCalls: the stream must end.
+func (ss *session) start(c *fencelockv1.Call) error {
 	ss.mu.Lock()
 	if ss.closed {
 		ss.mu.Unlock()
@@ -230,27 +266,60 @@ func (ss *session) start(c *fencelockv1.Call, slotted bool) error {
 	}
 	if refusal != nil {
 		ss.mu.Unlock()
-		free()
 		ss.box.put(failed(ss.n, c.Id, "Session", refusal), false)
 		return nil
 	}
 	cctx, cancel := context.WithCancelCause(ss.base)
-	rn := &running{cancel: cancel, done: make(chan struct{})}
+	rn := &running{ss: ss, c: c, ctx: cctx, cancel: cancel, done: make(chan struct{})}
 	ss.calls[c.Id] = rn
 	ss.wg.Add(1)
 	ss.mu.Unlock()
-	ss.workers.run(func() {
-		defer ss.wg.Done()
-		r := run(cctx, ss.n, c, free, ss.gone)
-		free()
-		cancel(nil)
-		ss.mu.Lock()
-		delete(ss.calls, c.Id)
-		ss.mu.Unlock()
-		close(rn.done)
-		ss.box.put(r, false)
-	})
+	ss.workers.run(rn.run)
 	return nil
+}
+
+// running is one call under way.
+type running struct {
+	ss     *session
+	c      *fencelockv1.Call
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when the call has ended
+	slot   atomic.Bool   // it holds a slot of ss.proposing
+}
+
+// run waits for a slot if c goes through Raft (a renewal does not), runs
+// c, and queues its answer.
+func (rn *running) run() {
+	ss := rn.ss
+	defer ss.wg.Done()
+	var r *fencelockv1.Result
+	if rn.c.GetRenew() == nil {
+		select {
+		case ss.proposing <- struct{}{}:
+			rn.slot.Store(true)
+		case <-rn.ctx.Done():
+			r = failed(ss.n, rn.c.Id, "Session", fmt.Errorf("call %d: %w: %w", rn.c.Id, fencelock.ErrUnavailable, context.Cause(rn.ctx)))
+		}
+	}
+	if r == nil {
+		r = run(rn.ctx, ss.n, rn.c, rn.free, ss.gone)
+	}
+	rn.free()
+	rn.cancel(nil)
+	ss.mu.Lock()
+	delete(ss.calls, rn.c.Id)
+	ss.mu.Unlock()
+	close(rn.done)
+	ss.box.put(r, false)
+}
+
+// free gives back the call's slot, once: when it is answered, or queued
+// in a lock's line.
+func (rn *running) free() {
+	if rn.slot.CompareAndSwap(true, false) {
+		<-rn.ss.proposing
+	}
 }
 
 // maxIdleWorkers bounds the goroutines a node keeps waiting for calls.
@@ -310,6 +379,9 @@ type outbox struct {
 		Send(*fencelockv1.SessionResponse) error
 	}
 	sent func(n int) // after each message, with its number of answers
+	// broke ends the session when a send fails: the client is gone or
+	// reads nothing, and no call of its may be granted any more.
+	broke func()
 	// alone reports that no other call of the stream is running or waits
 	// to be answered: nobody could join a message, so none is waited for.
 	alone func() bool
@@ -353,6 +425,7 @@ func (o *outbox) put(r *fencelockv1.Result, pong bool) {
 			o.mu.Lock()
 			o.broken = true
 			o.mu.Unlock()
+			o.broke()
 		}
 		o.sent(n)
 		o.mu.Lock()

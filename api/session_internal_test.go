@@ -1,10 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -14,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -84,71 +88,254 @@ func (h sessionOnly) Session(ctx context.Context, st *connect.BidiStream[fencelo
 	return serveSession(ctx, h.n, h.wk, st)
 }
 
-// TestSession_ReadsNoFurtherWhileMaxProposingAreInRaft: a stream with
-// maxProposing calls on their way through Raft is not read further: a
-// later message of it (a call with the id of one running, which would be
-// refused at once) waits until one of them is answered. Then every call is
-// answered.
-func TestSession_ReadsNoFurtherWhileMaxProposingAreInRaft(t *testing.T) {
-	t.Parallel()
-	n := &stalledNode{raft: make(chan struct{})}
-	var open sync.Once
-	defer open.Do(func() { close(n.raft) })
-	path, h := fencelockv1connect.NewLockServiceHandler(sessionOnly{n: n, wk: testWorkers(t)})
+// countingNode is a stalledNode that counts the acquires on their way
+// through Raft, and answers renewals with an error of msg.
+type countingNode struct {
+	stalledNode
+	msg          string
+	mu           sync.Mutex
+	inRaft, most int
+}
+
+func (n *countingNode) Acquire(ctx context.Context, req server.AcquireRequest) (fencelock.Grant, error) {
+	n.mu.Lock()
+	n.inRaft++
+	n.most = max(n.most, n.inRaft)
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		n.inRaft--
+		n.mu.Unlock()
+	}()
+	return n.stalledNode.Acquire(ctx, req)
+}
+
+func (n *countingNode) Renew(context.Context, fencelock.LockName, fencelock.LeaseID, fencelock.Token) (time.Duration, error) {
+	return 0, fmt.Errorf("%s: %w", n.msg, errNotHere)
+}
+
+// h2Session serves Session streams on a node as Handler does: through
+// boundBodies, with Sends that may take up to window.
+type h2Session struct {
+	sessionOnly
+	window time.Duration
+	ended  chan struct{} // if set, gets a value when a stream's handler returns
+}
+
+func (h h2Session) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
+	err := serveSession(ctx, h.n, h.wk, newH2Stream(ctx, st, h.window))
+	if h.ended != nil {
+		h.ended <- struct{}{}
+	}
+	return err
+}
+
+// h2Client opens a Session stream to h served on h2c.
+func h2Client(t *testing.T, ctx context.Context, h h2Session) *connect.BidiStreamForClient[fencelockv1.SessionRequest, fencelockv1.SessionResponse] {
+	path, handler := fencelockv1connect.NewLockServiceHandler(h)
 	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	addr := testproc.ServeH2C(t, mux)
+	mux.Handle(path, handler)
+	addr := testproc.ServeH2C(t, boundBodies(mux))
 	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
+	return fencelockv1connect.NewLockServiceClient(&http.Client{Transport: tr}, "http://"+addr).Session(ctx)
+}
+
+// TestSession_AtMostMaxProposingInRaftAndRenewalsGoOn: of a burst of
+// acquires, at most maxProposing are on their way through Raft at once;
+// the stream is read on meanwhile, so a renewal and a ping sent after the
+// burst are answered while Raft is stalled. Then every acquire is granted.
+func TestSession_AtMostMaxProposingInRaftAndRenewalsGoOn(t *testing.T) {
+	t.Parallel()
+	n := &countingNode{stalledNode: stalledNode{raft: make(chan struct{})}, msg: "renewed"}
+	var open sync.Once
+	defer open.Do(func() { close(n.raft) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st := fencelockv1connect.NewLockServiceClient(&http.Client{Transport: tr}, "http://"+addr).Session(ctx)
+	st := h2Client(t, ctx, h2Session{sessionOnly: sessionOnly{n: n, wk: testWorkers(t)}, window: time.Minute})
 	defer st.CloseResponse()
-	call := func(id uint64, name string) *fencelockv1.Call {
-		return &fencelockv1.Call{Id: id, Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{
-			Name: name, Ttl: durationpb.New(time.Minute), RequestId: "r"}}}
-	}
 	var calls []*fencelockv1.Call
-	for i := range maxProposing + 1 {
-		calls = append(calls, call(uint64(i+1), fmt.Sprintf("l%d", i)))
+	for i := range maxProposing + 50 {
+		calls = append(calls, &fencelockv1.Call{Id: uint64(i + 1), Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{
+			Name: fmt.Sprintf("l%d", i), Ttl: durationpb.New(time.Minute), RequestId: "r"}}})
 	}
-	if err := st.Send(&fencelockv1.SessionRequest{Calls: calls}); err != nil {
-		t.Fatal(err)
+	renewal := &fencelockv1.Call{Id: 100000, Op: &fencelockv1.Call_Renew{Renew: &fencelockv1.RenewRequest{Name: "x"}}}
+	for _, m := range []*fencelockv1.SessionRequest{{Calls: calls}, {Ping: true, Calls: []*fencelockv1.Call{renewal}}} {
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// Read, it would be refused at once: call 1 runs.
-	if err := st.Send(&fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{call(1, "l0")}}); err != nil {
-		t.Fatal(err)
-	}
-	answered := make(chan *fencelockv1.Result, len(calls)+1) // and the second call 1
+	answered, pong := make(chan *fencelockv1.Result, len(calls)+1), make(chan struct{}, 1)
 	go func() {
 		for {
 			m, err := st.Receive()
 			if err != nil {
 				return
 			}
+			if m.Pong {
+				pong <- struct{}{}
+			}
 			for _, r := range m.Results {
 				answered <- r
 			}
 		}
 	}()
-	select {
-	case r := <-answered:
-		t.Fatalf("call %d answered while Raft was stalled (%v): the stream was read on", r.Id, r)
-	case <-time.After(500 * time.Millisecond):
+	for _, want := range []string{"renewal", "pong"} {
+		select {
+		case r := <-answered:
+			if r.Id != renewal.Id {
+				t.Fatalf("call %d answered while Raft was stalled", r.Id)
+			}
+		case <-pong:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no %s while a burst of acquires waited for Raft", want)
+		}
+	}
+	n.mu.Lock()
+	most := n.most
+	n.mu.Unlock()
+	if most != maxProposing {
+		t.Fatalf("%d acquires on their way through Raft at most; want %d", most, maxProposing)
 	}
 	open.Do(func() { close(n.raft) })
 	for range calls {
-		var r *fencelockv1.Result
 		select {
-		case r = <-answered:
+		case r := <-answered:
+			if r.GetAcquire().GetGrant().GetToken() == 0 {
+				t.Fatalf("call %d: %v, want a grant", r.Id, r)
+			}
 		case <-ctx.Done():
 			t.Fatal("not every call was answered once Raft went on")
 		}
-		if r.GetAcquire().GetGrant().GetToken() == 0 && r.Id != 1 { // the second call 1 may be refused
-			t.Fatalf("call %d: %v, want a grant", r.Id, r)
+	}
+}
+
+// TestSession_FailedSendEndsTheSession: once a send fails (the client
+// stopped reading, or is gone), the stream's calls end and no call of it
+// is granted any more: its grants would go to nobody.
+func TestSession_FailedSendEndsTheSession(t *testing.T) {
+	t.Parallel()
+	n := &stalledNode{raft: make(chan struct{})}
+	close(n.raft) // acquires are granted at once
+	in := make(chan *fencelockv1.SessionRequest, 10)
+	granted := make(chan struct{}, 10)
+	st := &funcStream{in: in, send: func(m *fencelockv1.SessionResponse) error {
+		for range m.Results {
+			granted <- struct{}{}
 		}
+		return errors.New("write: deadline exceeded")
+	}}
+	done := make(chan struct{})
+	go func() { _ = serveSession(context.Background(), n, testWorkers(t), st); close(done) }()
+	in <- &fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{{Id: 1, Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{
+		Name: "a", Ttl: durationpb.New(time.Minute)}}}}}
+	<-granted // its answer's send fails
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session goes on after a failed send")
+	}
+	n.tokens.Lock()
+	defer n.tokens.Unlock()
+	if n.granted != 1 {
+		t.Fatalf("%d grants; want 1", n.granted)
+	}
+}
+
+// funcStream is a Session stream whose messages come from in (until it is
+// closed) and whose sends run send.
+type funcStream struct {
+	in   chan *fencelockv1.SessionRequest
+	send func(*fencelockv1.SessionResponse) error
+}
+
+func (f *funcStream) Receive() (*fencelockv1.SessionRequest, error) {
+	m, ok := <-f.in
+	if !ok {
+		return nil, io.EOF
+	}
+	return m, nil
+}
+
+func (f *funcStream) Send(m *fencelockv1.SessionResponse) error { return f.send(m) }
+
+// TestSession_HTTP2ClientThatStopsReadingIsEnded: a client that sends
+// calls and grants no flow-control window for the answers (as one that
+// stops reading) holds the node's send; the send gives up after the
+// stream's window and the session ends (it would otherwise hold its calls,
+// and their answers, for the connection's life).
+func TestSession_HTTP2ClientThatStopsReadingIsEnded(t *testing.T) {
+	t.Parallel()
+	n := &countingNode{stalledNode: stalledNode{raft: make(chan struct{})}, msg: strings.Repeat("x", 8000)}
+	ended := make(chan struct{}, 1)
+	path, h := fencelockv1connect.NewLockServiceHandler(h2Session{sessionOnly: sessionOnly{n: n, wk: testWorkers(t)},
+		window: 300 * time.Millisecond, ended: ended})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	addr := testproc.ServeH2C(t, boundBodies(mux))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	var wmu sync.Mutex // the framer's writes
+	fr := http2.NewFramer(c, c)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", fencelockv1connect.LockServiceSessionProcedure},
+		{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	wmu.Lock()
+	_ = fr.WriteSettings()
+	err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
+	wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { // acks settings and pings, and never opens a window
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			wmu.Lock()
+			switch f := f.(type) {
+			case *http2.SettingsFrame:
+				if !f.IsAck() {
+					_ = fr.WriteSettingsAck()
+				}
+			case *http2.PingFrame:
+				if !f.IsAck() {
+					_ = fr.WritePing(true, f.Data)
+				}
+			}
+			wmu.Unlock()
+		}
+	}()
+	var calls []*fencelockv1.Call // 100 answers of 8 KB: more than the 64 KiB window
+	for id := range uint64(100) {
+		calls = append(calls, &fencelockv1.Call{Id: id + 1, Op: &fencelockv1.Call_Renew{Renew: &fencelockv1.RenewRequest{Name: "x"}}})
+	}
+	b, err := proto.Marshal(&fencelockv1.SessionRequest{Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wmu.Lock()
+	err = fr.WriteData(1, false, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...))
+	wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session of a client that takes no answers still runs after 10 s")
 	}
 }
 
