@@ -22,7 +22,7 @@ import (
 // maxSessionCalls bounds the calls one Session stream runs (or has answers
 // waiting to be sent for) at once; calls past it are refused, and a stream
 // with twice as many (a client that does not read its answers) is ended.
-const maxSessionCalls = 4096
+const maxSessionCalls = wire.MaxSessionCalls
 
 // errTooManyCalls ends a stream whose client does not read its answers.
 var errTooManyCalls = fmt.Errorf("more than %d calls and refusals on one stream: %w", 2*maxSessionCalls, fencelock.ErrTooLarge)

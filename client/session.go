@@ -58,7 +58,9 @@ type stream struct {
 	mu       sync.Mutex
 	next     uint64
 	calls    map[uint64]chan *fencelockv1.Result
-	pending  []*fencelockv1.Call
+	pending  []*fencelockv1.Call // not sent yet
+	out      int                 // sent and not answered yet
+	maxOut   int                 // the most sent and not answered (wire.MaxSessionCalls)
 	cancels  []uint64
 	err      error
 	timer    *time.Timer // runs watch while calls are out
@@ -83,7 +85,7 @@ func (n *sessionNode) open() *stream {
 		bidi = n.rpc.Session(ctx)
 	}
 	st := &stream{bidi: bidi, cancel: cancel, wake: make(chan struct{}, 1), dead: make(chan struct{}),
-		calls: make(map[uint64]chan *fencelockv1.Result)}
+		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: wire.MaxSessionCalls}
 	st.timer = time.AfterFunc(time.Hour, st.watch)
 	st.timer.Stop()
 	n.cur = st
@@ -239,10 +241,7 @@ func (st *stream) write() {
 		case <-st.wake:
 		}
 		runtime.Gosched() // calls made together go out together: one write
-		st.mu.Lock()
-		calls, cancels, ping := st.pending, st.cancels, st.wantPing
-		st.pending, st.cancels, st.wantPing = nil, nil, false
-		st.mu.Unlock()
+		calls, cancels, ping := st.take()
 		for len(calls) > 0 || len(cancels) > 0 || ping {
 			m := &fencelockv1.SessionRequest{Cancel: cancels, Ping: ping}
 			cancels, ping = nil, false
@@ -260,6 +259,24 @@ func (st *stream) write() {
 	}
 }
 
+// take returns what is to be sent: the pending calls, as many as may be
+// out (the rest wait for answers), the cancels, and whether to ping.
+func (st *stream) take() (calls []*fencelockv1.Call, cancels []uint64, ping bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := max(min(len(st.pending), st.maxOut-st.out), 0)
+	if n == len(st.pending) {
+		calls, st.pending = st.pending, nil
+	} else {
+		calls = slices.Clone(st.pending[:n])
+		st.pending = slices.Delete(st.pending, 0, n)
+	}
+	st.out += n
+	cancels, ping = st.cancels, st.wantPing
+	st.cancels, st.wantPing = nil, false
+	return calls, cancels, ping
+}
+
 // read hands each result to its call until the stream breaks.
 func (st *stream) read() {
 	for {
@@ -270,13 +287,18 @@ func (st *stream) read() {
 		}
 		st.mu.Lock()
 		st.heard, st.pingAt = time.Now(), time.Time{}
+		st.out = max(st.out-len(m.Results), 0) // every call sent is answered once
 		for _, r := range m.Results {
 			if ch := st.calls[r.Id]; ch != nil {
 				delete(st.calls, r.Id)
 				ch <- r
 			}
 		}
+		held := len(st.pending) > 0 // calls waited for these answers
 		st.mu.Unlock()
+		if held {
+			st.signal()
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -189,5 +190,70 @@ func TestSession_AnsweredCallIsNotSentAgainWhenTheStreamIsLeft(t *testing.T) {
 	st.err = errLeft
 	if ch, _ := st.add(&fencelockv1.Call{}); ch != nil || len(st.pending) != 0 {
 		t.Error("a call was queued on a stream that had ended")
+	}
+}
+
+// echoCarrier answers every call it is sent, a moment later, and counts
+// the most calls it had unanswered.
+type echoCarrier struct {
+	answers          chan *fencelockv1.SessionResponse
+	mu               sync.Mutex
+	unanswered, most int
+}
+
+func (e *echoCarrier) Send(m *fencelockv1.SessionRequest) error {
+	e.mu.Lock()
+	e.unanswered += len(m.Calls)
+	e.most = max(e.most, e.unanswered)
+	e.mu.Unlock()
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		resp := &fencelockv1.SessionResponse{}
+		for _, c := range m.Calls {
+			resp.Results = append(resp.Results, &fencelockv1.Result{Id: c.Id, Result: &fencelockv1.Result_Release{Release: &fencelockv1.ReleaseResponse{}}})
+		}
+		e.mu.Lock()
+		e.unanswered -= len(m.Calls)
+		e.mu.Unlock()
+		e.answers <- resp
+	}()
+	return nil
+}
+
+func (e *echoCarrier) Receive() (*fencelockv1.SessionResponse, error) { return <-e.answers, nil }
+func (e *echoCarrier) CloseRequest() error                            { return nil }
+func (e *echoCarrier) CloseResponse() error                           { return nil }
+
+// The client has at most maxOut calls out on a stream (the node refuses
+// calls past wire.MaxSessionCalls, and ends a stream with twice as many);
+// the others go out as answers come back, and all are answered.
+func TestSession_AtMostMaxOutCallsOut(t *testing.T) {
+	t.Parallel()
+	e := &echoCarrier{answers: make(chan *fencelockv1.SessionResponse, 100)}
+	n := newSessionNode(newConnectNode(http.DefaultClient, "http://127.0.0.1:1"), func() {}, newWSDialer("http://127.0.0.1:1", nil, ""))
+	st := &stream{bidi: e, cancel: func() {}, wake: make(chan struct{}, 1), dead: make(chan struct{}),
+		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: 8}
+	st.timer = time.AfterFunc(time.Hour, st.watch)
+	st.timer.Stop()
+	n.cur = st
+	go st.write()
+	go st.read()
+	defer st.fail(errors.New("test over"))
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for range 50 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := n.release(ctx, &fencelockv1.ReleaseRequest{Name: "x", LeaseId: "l", Token: 1}); err != nil {
+				failed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if failed.Load() > 0 || e.most > 8 || e.most == 0 {
+		t.Fatalf("%d calls failed; at most %d out at once, want 1..8", failed.Load(), e.most)
 	}
 }

@@ -19,6 +19,11 @@ import (
 // limit.
 const MaxRequestBytes = 64 << 10
 
+// MaxSessionCalls bounds the calls one Session stream has out at once: a
+// node refuses calls past it, and ends a stream with twice as many; the Go
+// client sends no more than it before answers come back.
+const MaxSessionCalls = 4096
+
 // connectCodes maps each wire code to the Connect code it travels with.
 var connectCodes = map[string]connect.Code{
 	fencelock.CodeLockHeld:           connect.CodeAlreadyExists,
