@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -28,7 +29,17 @@ const (
 	// at a time, so that Raft's queue never holds more than these ahead of
 	// a live caller's operation.
 	maxReaps = 64
+	// maxCallsPerRequest bounds the calls that wait for one request at
+	// once: its client needs one, and a few more while a retry overtakes
+	// an attempt it gave up. It bounds what one client can hold on the
+	// node with calls that carry a request id already queued, which the
+	// limits on waiters do not count.
+	maxCallsPerRequest = 16
 )
+
+// errTooManyCalls refuses a call for a request that maxCallsPerRequest
+// calls wait for already.
+var errTooManyCalls = fmt.Errorf("%d calls wait for this request already: %w", maxCallsPerRequest, fencelock.ErrResourceExhausted)
 
 // claims ties each request that may wait on this leader to the Acquire
 // calls waiting for it, by lock name, request id and owner. A request that no call
@@ -105,7 +116,8 @@ func newClaims(s *Server) *claims {
 
 // attach registers a call for request rid of name. errBeingTakenBack or
 // errDetaching: the request is being taken back, or its grant recorded as
-// reaching nobody; nothing is registered.
+// reaching nobody; errTooManyCalls: maxCallsPerRequest wait for it;
+// nothing is registered.
 func (cs *claims) attach(name fencelock.LockName, rid, owner string) (*call, error) {
 	k := claimKey{name, rid, owner}
 	cs.mu.Lock()
@@ -120,6 +132,8 @@ func (cs *claims) attach(name fencelock.LockName, rid, owner string) (*call, err
 		return nil, errBeingTakenBack
 	case c.detaching:
 		return nil, errDetaching
+	case len(c.calls) >= maxCallsPerRequest:
+		return nil, errTooManyCalls
 	}
 	c.due = time.Time{}
 	cl := &call{c: c, ch: make(chan waitEvent, 1)}

@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock"
 )
 
 // TestClaims_FallDueInOrderAsLastArmed: armed requests fall due earliest
@@ -64,5 +67,32 @@ func TestAcquire_GrantToACallerGoneIsHandedBack(t *testing.T) {
 			t.Fatal("the grant made for a caller that is gone is still held after the grace")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestClaims_BoundCallsPerRequest: at most maxCallsPerRequest calls wait
+// for one request; one more is refused as resource_exhausted until one
+// leaves. The limits on waiters count requests, not calls, so without it
+// a client could hold the node's goroutines with calls for one request.
+func TestClaims_BoundCallsPerRequest(t *testing.T) {
+	t.Parallel()
+	cs := newClaims(openInProcess(t))
+	var calls []*call
+	for range maxCallsPerRequest {
+		cl, err := cs.attach("a", "r", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls = append(calls, cl)
+	}
+	if _, err := cs.attach("a", "r", ""); !errors.Is(err, fencelock.ErrResourceExhausted) {
+		t.Fatalf("call %d for one request: %v, want resource_exhausted", maxCallsPerRequest+1, err)
+	}
+	if _, err := cs.attach("a", "r2", ""); err != nil {
+		t.Fatalf("another request: %v", err)
+	}
+	cs.detach(calls[0], time.Second, false)
+	if _, err := cs.attach("a", "r", ""); err != nil {
+		t.Fatalf("after one left: %v", err)
 	}
 }

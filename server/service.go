@@ -103,7 +103,10 @@ func (s *Server) Acquire(ctx context.Context, req AcquireRequest) (fencelock.Gra
 		return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, s.notLeader())
 	}
 	cl, err := s.claims.attach(req.Name, req.RequestID, req.owner)
-	if err != nil {
+	switch {
+	case errors.Is(err, errTooManyCalls):
+		return fencelock.Grant{}, fmt.Errorf("acquire %q: %w", req.Name, err)
+	case err != nil:
 		return fencelock.Grant{}, fmt.Errorf("acquire %q: %v; ask again: %w", req.Name, err, fencelock.ErrUnavailable)
 	}
 	a := acquisition{s: s, req: req, call: cl, grace: callGrace}
