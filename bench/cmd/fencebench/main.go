@@ -75,7 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	locks := fs.String("locks", "own,one", "comma-separated: own (each client its own lock), one (all on one lock)")
 	fs.StringVar(&o.out, "out", "bench-results.md", "markdown file to write")
 	fs.BoolVar(&o.smoke, "smoke", false, "very short run (200 ms per cell, no warm-up, 20 fsyncs) that checks the harness, not the numbers")
-	fs.StringVar(&o.systems, "systems", "fencelock,fencelock-perworker,fencelock-tls,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of; fencelock-perworker is the same server with a client per worker instead of one shared client; fencelock-tls the same with TLS everywhere and a policy (its own nodes); go-floor the floor of a lock service in Go (see bench/floor.go)")
+	fs.StringVar(&o.systems, "systems", "fencelock,fencelock-perworker,fencelock-tls,go-floor,etcd,redis-aof,redis-nopersist", "systems to run, the first is the one ratios are of; fencelock-perworker is the same server with a client per worker instead of one shared client; fencelock-tls the same with TLS everywhere and a policy (its own nodes); go-floor the floor of a lock service in Go (see bench/floor.go)")
 	fs.StringVar(&o.peersDir, "peers-dir", "", "directory given to peers.sh up: reads peers.env (addresses) and *.pid (for server CPU)")
 	fs.StringVar(&o.workDir, "work-dir", "", "directory for fencelock's data and the fsync probe (default: a new temporary directory, removed after)")
 	fs.StringVar(&o.fencelockBin, "fencelock-bin", "", "fencelock binary to start as 'serve' (go build -o BIN ./cmd/fencelock)")
