@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -299,7 +300,10 @@ func (rn *running) run() {
 		case ss.proposing <- struct{}{}:
 			rn.slot.Store(true)
 		case <-rn.ctx.Done():
-			r = failed(ss.n, rn.c.Id, "Session", fmt.Errorf("call %d: %w: %w", rn.c.Id, fencelock.ErrUnavailable, context.Cause(rn.ctx)))
+		case <-ss.stream.Done():
+		}
+		if !rn.slot.Load() || ss.gone() { // a call of a stream that broke is not proposed
+			r = failed(ss.n, rn.c.Id, "Session", fmt.Errorf("call %d: %w: %w", rn.c.Id, fencelock.ErrUnavailable, cmp.Or(context.Cause(rn.ctx), context.Cause(ss.stream))))
 		}
 	}
 	if r == nil {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -247,16 +248,21 @@ func TestSession_FailedSendEndsTheSession(t *testing.T) {
 // funcStream is a Session stream whose messages come from in (until it is
 // closed) and whose sends run send.
 type funcStream struct {
-	in   chan *fencelockv1.SessionRequest
-	send func(*fencelockv1.SessionResponse) error
+	in    chan *fencelockv1.SessionRequest
+	send  func(*fencelockv1.SessionResponse) error
+	broke chan struct{} // if set, closing it breaks the stream
 }
 
 func (f *funcStream) Receive() (*fencelockv1.SessionRequest, error) {
-	m, ok := <-f.in
-	if !ok {
-		return nil, io.EOF
+	select {
+	case m, ok := <-f.in:
+		if !ok {
+			return nil, io.EOF
+		}
+		return m, nil
+	case <-f.broke:
+		return nil, errors.New("connection reset")
 	}
-	return m, nil
 }
 
 func (f *funcStream) Send(m *fencelockv1.SessionResponse) error { return f.send(m) }
@@ -534,4 +540,50 @@ func TestWorkers_reuseIdleGoroutines(t *testing.T) {
 	idle(maxIdleWorkers)
 	close(done)
 	idle(0)
+}
+
+// entryCountNode is a stalledNode that counts the acquires that reach it.
+type entryCountNode struct {
+	stalledNode
+	entered atomic.Int32
+}
+
+func (n *entryCountNode) Acquire(ctx context.Context, req server.AcquireRequest) (fencelock.Grant, error) {
+	n.entered.Add(1)
+	return n.stalledNode.Acquire(ctx, req)
+}
+
+// TestSession_BrokenStreamProposesNoMore: the calls of a stream that broke
+// while they waited for a Raft slot are not proposed: each would be granted
+// to nobody and taken back, costing Raft three entries.
+func TestSession_BrokenStreamProposesNoMore(t *testing.T) {
+	t.Parallel()
+	n := &entryCountNode{stalledNode: stalledNode{raft: make(chan struct{})}}
+	in := make(chan *fencelockv1.SessionRequest, 1)
+	broke := make(chan struct{})
+	st := &funcStream{in: in, send: func(*fencelockv1.SessionResponse) error { return nil }, broke: broke}
+	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _ = serveSession(ctx, n, testWorkers(t), st); close(done) }()
+	var calls []*fencelockv1.Call
+	for i := range maxProposing + 1000 {
+		calls = append(calls, &fencelockv1.Call{Id: uint64(i + 1), Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{
+			Name: fmt.Sprintf("l%d", i), Ttl: durationpb.New(time.Minute)}}})
+	}
+	in <- &fencelockv1.SessionRequest{Calls: calls}
+	for n.entered.Load() < maxProposing {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	before := n.entered.Load()
+	close(broke)
+	cancel() // as Connect does when the client resets the stream
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the session did not end")
+	}
+	if after := n.entered.Load(); after > before {
+		t.Fatalf("%d acquires reached Raft before the stream broke, %d after", before, after-before)
+	}
 }

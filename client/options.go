@@ -57,7 +57,8 @@ func WithHolder(h string) Option { return func(o *acquireOptions) { o.holder = h
 // the call (an answer lost long ago), so Acquire renews it before
 // returning, and the Lock's lease counts from that renewal. A request id
 // is UTF-8 of at most 128 bytes with no zero byte; the node sees the
-// Client's instance and a hash of it.
+// Client's instance and a hash of it. At most 16 Acquires wait with one id
+// at once; more fail with fencelock.ErrResourceExhausted.
 func WithRequestID(id string) Option { return func(o *acquireOptions) { o.requestID = id } }
 
 // WithSequencer has the grant bring its signed sequencer (Lock.Sequencer)

@@ -21,7 +21,7 @@ const MaxRequestBytes = 64 << 10
 
 // MaxSessionCalls bounds the calls one Session stream has out at once: a
 // node refuses calls past it, and ends a stream with twice as many; the Go
-// client sends no more than it before answers come back.
+// client keeps no more than half of it out.
 const MaxSessionCalls = 4096
 
 // connectCodes maps each wire code to the Connect code it travels with.

@@ -70,7 +70,7 @@ class Client:
         self._eps = [_wire.Endpoint(_wire.endpoint_url(e), dial_timeout) for e in endpoints]
         self._mu = threading.Lock()
         self._next = 0
-        self._take_backs = {}  # request id -> Event set when its take-back ended
+        self._take_backs = {}  # request id -> the Events of its take-backs under way, each set when it ends
 
     def close(self):
         """Closes idle connections. Held locks are not released."""
@@ -109,10 +109,13 @@ class Client:
         if own_id:
             # A take-back of an earlier acquire with this id still under
             # way could end the grant this one gets.
-            with self._mu:
-                pending = self._take_backs.get(rid)
-            if pending is not None:
-                pending.wait()
+            while True:
+                with self._mu:
+                    pending = list(self._take_backs.get(rid, ()))
+                if not pending:
+                    break
+                for done in pending:
+                    done.wait()
         return _Acquisition(self, name, ttl, wait, holder if holder is not None else self.holder,
                             rid, own_id, margin, sequencer).run()
 
@@ -352,7 +355,7 @@ class _Acquisition:
         gets one attempt's time."""
         c, done = self.c, threading.Event()
         with c._mu:
-            c._take_backs[self.rid] = done
+            c._take_backs.setdefault(self.rid, []).append(done)
 
         def take_back():
             try:
@@ -364,8 +367,11 @@ class _Acquisition:
                               self.name, e)
             finally:
                 with c._mu:
-                    if c._take_backs.get(self.rid) is done:
-                        del c._take_backs[self.rid]
+                    left = c._take_backs.get(self.rid, [])
+                    if done in left:
+                        left.remove(done)
+                    if not left:
+                        c._take_backs.pop(self.rid, None)
                 done.set()
 
         if sync:

@@ -161,16 +161,20 @@ def wait_until(cond, timeout=10.0):
     raise AssertionError("condition not met within %ss" % timeout)
 
 
-def test_an_acquire_with_its_own_request_id_waits_for_a_take_back_of_that_id(client):
-    pending = threading.Event()
-    client._take_backs[client._own_request_id("rid-take-back")] = pending
+def test_an_acquire_with_its_own_request_id_waits_for_every_take_back_of_that_id(client):
+    first, second = threading.Event(), threading.Event()
+    client._take_backs[client._own_request_id("rid-take-back")] = [first, second]
     got = []
     t = threading.Thread(target=lambda: got.append(client.lock("py/takeback", ttl=5, request_id="rid-take-back")))
     t.start()
     t.join(0.5)
-    assert not got, "the acquire went ahead while a take-back of its id was under way"
+    assert not got, "the acquire went ahead while two take-backs of its id were under way"
+    client._take_backs[client._own_request_id("rid-take-back")] = [second]
+    first.set()
+    t.join(0.5)
+    assert not got, "the acquire went ahead while the second take-back of its id was under way"
     del client._take_backs[client._own_request_id("rid-take-back")]
-    pending.set()
+    second.set()
     t.join(10)
     assert got and got[0].token > 0
     got[0].release()
