@@ -382,7 +382,7 @@ type outbox struct {
 	st interface {
 		Send(*fencelockv1.SessionResponse) error
 	}
-	sent func(n int) // after each message, with its number of answers
+	sent func(n int) // as each message goes to be sent, with its number of answers
 	// broke ends the session when a send fails: the client is gone or
 	// reads nothing, and no call of its may be granted any more.
 	broke func()
@@ -425,13 +425,15 @@ func (o *outbox) put(r *fencelockv1.Result, pong bool) {
 		}
 		broken := o.broken
 		o.mu.Unlock()
+		// Counted out before the send: the client may read these answers
+		// and send more calls before Send returns.
+		o.sent(n)
 		if !broken && o.st.Send(resp) != nil {
 			o.mu.Lock()
 			o.broken = true
 			o.mu.Unlock()
 			o.broke()
 		}
-		o.sent(n)
 		o.mu.Lock()
 	}
 	o.sending = false

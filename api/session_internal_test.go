@@ -587,3 +587,43 @@ func TestSession_BrokenStreamProposesNoMore(t *testing.T) {
 		t.Fatalf("%d acquires reached Raft before the stream broke, %d after", before, after-before)
 	}
 }
+
+// TestSession_ClientAtTheBoundIsNotRefused: a client that keeps
+// maxSessionCalls calls out, and sends one more as soon as an answer
+// comes, is not refused: the node counts an answer out when it goes to be
+// sent, not once its send returns (the client may have read it before).
+func TestSession_ClientAtTheBoundIsNotRefused(t *testing.T) {
+	t.Parallel()
+	n := &countingNode{stalledNode: stalledNode{raft: make(chan struct{})}, msg: "renewed"}
+	defer close(n.raft)
+	in := make(chan *fencelockv1.SessionRequest, 10)
+	got := make(chan *fencelockv1.Result, 100)
+	st := &funcStream{in: in, send: func(m *fencelockv1.SessionResponse) error {
+		for _, r := range m.Results {
+			got <- r
+		}
+		time.Sleep(100 * time.Millisecond) // the sender is descheduled after its write
+		return nil
+	}}
+	go func() { _ = serveSession(context.Background(), n, testWorkers(t), st) }()
+	defer close(in)
+	var calls []*fencelockv1.Call
+	for i := range maxSessionCalls - 1 { // long waits
+		calls = append(calls, &fencelockv1.Call{Id: uint64(i + 1), Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{
+			Name: fmt.Sprintf("l%d", i), Ttl: durationpb.New(time.Minute)}}})
+	}
+	renew := func(id uint64) *fencelockv1.Call {
+		return &fencelockv1.Call{Id: id, Op: &fencelockv1.Call_Renew{Renew: &fencelockv1.RenewRequest{Name: "x"}}}
+	}
+	in <- &fencelockv1.SessionRequest{Calls: append(calls, renew(100000))} // maxSessionCalls out
+	<-got                                                                   // one answered: one more may go
+	in <- &fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{renew(100001)}}
+	select {
+	case r := <-got:
+		if !strings.Contains(r.GetError().GetMessage(), "renewed") {
+			t.Fatalf("call %d, the client's %dth out, was refused: %v", r.Id, maxSessionCalls, r.GetError().GetMessage())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer")
+	}
+}

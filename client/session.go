@@ -55,15 +55,12 @@ type stream struct {
 	wake   chan struct{} // buffered: calls or cancels are pending
 	dead   chan struct{} // closed when the stream broke; err says why
 
-	mu      sync.Mutex
-	next    uint64
-	calls   map[uint64]chan *fencelockv1.Result
-	pending []*fencelockv1.Call // not sent yet
-	out     int                 // sent and not answered yet
-	// maxOut: the most sent and not answered: half what a node runs for a
-	// stream (wire.MaxSessionCalls), as the node counts an answer until
-	// its message is sent, and the client may have read it before.
-	maxOut   int
+	mu       sync.Mutex
+	next     uint64
+	calls    map[uint64]chan *fencelockv1.Result
+	pending  []*fencelockv1.Call // not sent yet
+	out      int                 // sent and not answered yet
+	maxOut   int                 // the most sent and not answered: what a node runs for a stream
 	cancels  []uint64
 	err      error
 	timer    *time.Timer // runs watch while calls are out
@@ -88,7 +85,7 @@ func (n *sessionNode) open() *stream {
 		bidi = n.rpc.Session(ctx)
 	}
 	st := &stream{bidi: bidi, cancel: cancel, wake: make(chan struct{}, 1), dead: make(chan struct{}),
-		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: wire.MaxSessionCalls / 2}
+		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: wire.MaxSessionCalls}
 	st.timer = time.AfterFunc(time.Hour, st.watch)
 	st.timer.Stop()
 	n.cur = st

@@ -257,12 +257,9 @@ func TestSession_AtMostMaxOutCallsOut(t *testing.T) {
 	if failed.Load() > 0 || e.most > 8 || e.most == 0 {
 		t.Fatalf("%d calls failed; at most %d out at once, want 1..8", failed.Load(), e.most)
 	}
-	// A node counts an answer until the message carrying it (up to 256)
-	// is sent, and the client may have read it and sent more before: the
-	// client's bound leaves that much room.
 	n2 := newSessionNode(newConnectNode(http.DefaultClient, "http://127.0.0.1:1"), func() {}, newWSDialer("http://127.0.0.1:1", nil, ""))
-	if out := n2.open().maxOut; out <= 0 || out > wire.MaxSessionCalls-256 {
-		t.Errorf("a stream keeps up to %d calls out; a node refuses past %d, counting up to 256 answers already read", out, wire.MaxSessionCalls)
+	if out := n2.open().maxOut; out <= 0 || out > wire.MaxSessionCalls {
+		t.Errorf("a stream keeps up to %d calls out; a node refuses past %d", out, wire.MaxSessionCalls)
 	}
 	n2.close()
 }

@@ -20,8 +20,9 @@ import (
 const MaxRequestBytes = 64 << 10
 
 // MaxSessionCalls bounds the calls one Session stream has out at once: a
-// node refuses calls past it, and ends a stream with twice as many; the Go
-// client keeps no more than half of it out.
+// node refuses calls past it (counting an answer until it goes to be
+// sent), and ends a stream with twice as many; the Go client keeps no more
+// than it out.
 const MaxSessionCalls = 4096
 
 // connectCodes maps each wire code to the Connect code it travels with.
