@@ -119,8 +119,16 @@ func HTTPServer(h http.Handler) *http.Server {
 	p.SetHTTP2(true)
 	p.SetUnencryptedHTTP2(true)
 	return &http.Server{Handler: h, Protocols: p, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute,
-		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: MaxStreams, SendPingTimeout: 10 * time.Second, PingTimeout: 5 * time.Second}}
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: MaxStreams, SendPingTimeout: 10 * time.Second, PingTimeout: 5 * time.Second,
+			WriteByteTimeout: writeByteTimeout}}
 }
+
+// writeByteTimeout closes an HTTP/2 connection that takes no byte of what
+// the node has to send for this long: a client that sends on but reads
+// nothing fills the socket, and then not even the reset of its streams
+// (h2Stream) can be written. Its pings come in, so the ping timeout
+// does not end it.
+const writeByteTimeout = 15 * time.Second
 
 // BufferReads returns ln whose connections read through a 16 KiB buffer.
 // Serve HTTPServer on it: net/http's HTTP/2 server reads each frame's

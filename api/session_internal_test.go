@@ -616,7 +616,7 @@ func TestSession_ClientAtTheBoundIsNotRefused(t *testing.T) {
 		return &fencelockv1.Call{Id: id, Op: &fencelockv1.Call_Renew{Renew: &fencelockv1.RenewRequest{Name: "x"}}}
 	}
 	in <- &fencelockv1.SessionRequest{Calls: append(calls, renew(100000))} // maxSessionCalls out
-	<-got                                                                   // one answered: one more may go
+	<-got                                                                  // one answered: one more may go
 	in <- &fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{renew(100001)}}
 	select {
 	case r := <-got:
@@ -625,5 +625,71 @@ func TestSession_ClientAtTheBoundIsNotRefused(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no answer")
+	}
+}
+
+// TestHTTPServer_ClosesAConnectionThatTakesNothing: a client that opens
+// every flow-control window, sends on (pings) and reads nothing fills the socket,
+// so that not even the reset of its stream can be written; HTTPServer
+// closes the connection once it could write nothing for writeByteTimeout,
+// and the session ends.
+func TestHTTPServer_ClosesAConnectionThatTakesNothing(t *testing.T) {
+	t.Parallel()
+	n := &countingNode{stalledNode: stalledNode{raft: make(chan struct{})}, msg: strings.Repeat("x", 8000)}
+	ended := make(chan struct{}, 1)
+	path, h := fencelockv1connect.NewLockServiceHandler(h2Session{sessionOnly: sessionOnly{n: n, wk: testWorkers(t)},
+		window: 300 * time.Millisecond, ended: ended})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	ln := testproc.Listen(t)
+	hs := HTTPServer(boundBodies(mux))
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", fencelockv1connect.LockServiceSessionProcedure},
+		{":authority", ln.Addr().String()}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	const huge = 1<<31 - 1
+	var calls []*fencelockv1.Call // 4,000 answers of 8 KB: more than the sockets hold
+	for id := range uint64(4000) {
+		calls = append(calls, &fencelockv1.Call{Id: id + 1, Op: &fencelockv1.Call_Renew{Renew: &fencelockv1.RenewRequest{Name: "x"}}})
+	}
+	b, err := proto.Marshal(&fencelockv1.SessionRequest{Calls: calls})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{
+		fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: huge}),
+		fr.WriteWindowUpdate(0, huge-65535),
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}),
+		fr.WriteData(1, false, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...)),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { // the client sends on (so the node's pings for an idle peer never start), reading nothing
+		for i := uint64(0); ; i++ {
+			time.Sleep(500 * time.Millisecond)
+			if fr.WritePing(false, [8]byte{byte(i)}) != nil {
+				return
+			}
+		}
+	}()
+	select { // the socket is never read
+	case <-ended:
+	case <-time.After(writeByteTimeout + 20*time.Second):
+		t.Fatalf("the session of a client that takes no byte still runs %v after", writeByteTimeout+20*time.Second)
 	}
 }
