@@ -131,12 +131,18 @@ func (h h2Session) Session(ctx context.Context, st *connect.BidiStream[fencelock
 	return err
 }
 
-// h2Client opens a Session stream to h served on h2c.
-func h2Client(t *testing.T, ctx context.Context, h h2Session) *connect.BidiStreamForClient[fencelockv1.SessionRequest, fencelockv1.SessionResponse] {
+// sessionMux serves h's Session streams as Handler does, through
+// boundBodies.
+func sessionMux(h h2Session) http.Handler {
 	path, handler := fencelockv1connect.NewLockServiceHandler(h)
 	mux := http.NewServeMux()
 	mux.Handle(path, handler)
-	addr := testproc.ServeH2C(t, boundBodies(mux))
+	return boundBodies(mux)
+}
+
+// h2Client opens a Session stream to h served on h2c.
+func h2Client(t *testing.T, ctx context.Context, h h2Session) *connect.BidiStreamForClient[fencelockv1.SessionRequest, fencelockv1.SessionResponse] {
+	addr := testproc.ServeH2C(t, sessionMux(h))
 	tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}}
@@ -272,29 +278,28 @@ func (f *funcStream) Receive() (*fencelockv1.SessionRequest, error) {
 
 func (f *funcStream) Send(m *fencelockv1.SessionResponse) error { return f.send(m) }
 
-// TestSession_HTTP2ClientThatStopsReadingIsEnded: a client that sends
-// calls and grants no flow-control window for the answers (as one that
-// stops reading) holds the node's send; the send gives up after the
-// stream's window and the session ends (it would otherwise hold its calls,
-// and their answers, for the connection's life).
-func TestSession_HTTP2ClientThatStopsReadingIsEnded(t *testing.T) {
-	t.Parallel()
+// bigAnswers returns a Session server whose renewals are answered with
+// 8 KB errors, whose sends may take 300 ms, and which tells ended when a
+// stream's handler returns.
+func bigAnswers(t *testing.T) (h2Session, chan struct{}) {
 	n := &countingNode{stalledNode: stalledNode{raft: make(chan struct{})}, msg: strings.Repeat("x", 8000)}
 	ended := make(chan struct{}, 1)
-	path, h := fencelockv1connect.NewLockServiceHandler(h2Session{sessionOnly: sessionOnly{n: n, wk: testWorkers(t)},
-		window: 300 * time.Millisecond, ended: ended})
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	addr := testproc.ServeH2C(t, boundBodies(mux))
+	return h2Session{sessionOnly: sessionOnly{n: n, wk: testWorkers(t)}, window: 300 * time.Millisecond, ended: ended}, ended
+}
+
+// rawSession opens a connection to addr that speaks HTTP/2 frame by frame,
+// with settings, and starts Session stream 1 on it, whose first message
+// holds calls renewals. The framer is the caller's, but for its first
+// frames.
+func rawSession(t *testing.T, addr string, calls int, settings ...http2.Setting) (net.Conn, *http2.Framer) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
 		t.Fatal(err)
 	}
-	var wmu sync.Mutex // the framer's writes
 	fr := http2.NewFramer(c, c)
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
@@ -302,13 +307,44 @@ func TestSession_HTTP2ClientThatStopsReadingIsEnded(t *testing.T) {
 		{":authority", addr}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
 		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
-	wmu.Lock()
-	_ = fr.WriteSettings()
-	err = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true})
-	wmu.Unlock()
+	var m fencelockv1.SessionRequest
+	for id := range uint64(calls) {
+		m.Calls = append(m.Calls, &fencelockv1.Call{Id: id + 1, Op: &fencelockv1.Call_Renew{Renew: &fencelockv1.RenewRequest{Name: "x"}}})
+	}
+	b, err := proto.Marshal(&m)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var open []error
+	open = append(open, fr.WriteSettings(settings...))
+	for _, s := range settings {
+		if s.ID == http2.SettingInitialWindowSize { // the connection's window too
+			open = append(open, fr.WriteWindowUpdate(0, s.Val-65535))
+		}
+	}
+	open = append(open, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}),
+		fr.WriteData(1, false, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...)))
+	for _, err := range open {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, fr
+}
+
+// TestSession_HTTP2ClientThatStopsReadingIsEnded: a client that sends
+// calls and grants no flow-control window for the answers (as one that
+// stops reading) holds the node's send; the send gives up after the
+// stream's window and the session ends (it would otherwise hold its calls,
+// and their answers, for the connection's life).
+func TestSession_HTTP2ClientThatStopsReadingIsEnded(t *testing.T) {
+	t.Parallel()
+	h, ended := bigAnswers(t)
+	addr := testproc.ServeH2C(t, sessionMux(h))
+	var wmu sync.Mutex // the framer's writes, from here on
+	wmu.Lock()
+	_, fr := rawSession(t, addr, 100) // 100 answers of 8 KB: more than the 64 KiB window
+	wmu.Unlock()
 	go func() { // acks settings and pings, and never opens a window
 		for {
 			f, err := fr.ReadFrame()
@@ -329,20 +365,6 @@ func TestSession_HTTP2ClientThatStopsReadingIsEnded(t *testing.T) {
 			wmu.Unlock()
 		}
 	}()
-	var calls []*fencelockv1.Call // 100 answers of 8 KB: more than the 64 KiB window
-	for id := range uint64(100) {
-		calls = append(calls, &fencelockv1.Call{Id: id + 1, Op: &fencelockv1.Call_Renew{Renew: &fencelockv1.RenewRequest{Name: "x"}}})
-	}
-	b, err := proto.Marshal(&fencelockv1.SessionRequest{Calls: calls})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wmu.Lock()
-	err = fr.WriteData(1, false, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...))
-	wmu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
 	select {
 	case <-ended:
 	case <-time.After(10 * time.Second):
@@ -634,56 +656,19 @@ func TestSession_ClientAtTheBoundIsNotRefused(t *testing.T) {
 }
 
 // TestHTTPServer_ClosesAConnectionThatTakesNothing: a client that opens
-// every flow-control window, sends on (pings) and reads nothing fills the socket,
-// so that not even the reset of its stream can be written; HTTPServer
-// closes the connection once it could write nothing for writeByteTimeout,
-// and the session ends.
+// every flow-control window, sends on (pings) and reads nothing fills the
+// socket, so that not even the reset of its stream can be written;
+// HTTPServer closes the connection once it could write nothing for
+// writeByteTimeout, and the session ends.
 func TestHTTPServer_ClosesAConnectionThatTakesNothing(t *testing.T) {
 	t.Parallel()
-	n := &countingNode{stalledNode: stalledNode{raft: make(chan struct{})}, msg: strings.Repeat("x", 8000)}
-	ended := make(chan struct{}, 1)
-	path, h := fencelockv1connect.NewLockServiceHandler(h2Session{sessionOnly: sessionOnly{n: n, wk: testWorkers(t)},
-		window: 300 * time.Millisecond, ended: ended})
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
+	h, ended := bigAnswers(t)
 	ln := testproc.Listen(t)
-	hs := HTTPServer(boundBodies(mux))
+	hs := HTTPServer(sessionMux(h))
 	go func() { _ = hs.Serve(ln) }()
 	t.Cleanup(func() { _ = hs.Close() })
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":path", fencelockv1connect.LockServiceSessionProcedure},
-		{":authority", ln.Addr().String()}, {"content-type", "application/grpc"}, {"te", "trailers"}} {
-		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-	}
-	const huge = 1<<31 - 1
-	var calls []*fencelockv1.Call // 4,000 answers of 8 KB: more than the sockets hold
-	for id := range uint64(4000) {
-		calls = append(calls, &fencelockv1.Call{Id: id + 1, Op: &fencelockv1.Call_Renew{Renew: &fencelockv1.RenewRequest{Name: "x"}}})
-	}
-	b, err := proto.Marshal(&fencelockv1.SessionRequest{Calls: calls})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, err := range []error{
-		fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: huge}),
-		fr.WriteWindowUpdate(0, huge-65535),
-		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}),
-		fr.WriteData(1, false, append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(b))), b...)),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	// 4,000 answers of 8 KB: more than the sockets hold.
+	_, fr := rawSession(t, ln.Addr().String(), 4000, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
 	go func() { // the client sends on (so the node's pings for an idle peer never start), reading nothing
 		for i := uint64(0); ; i++ {
 			time.Sleep(500 * time.Millisecond)
