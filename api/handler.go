@@ -187,17 +187,20 @@ func acquireResponse(g fencelock.Grant) *fencelockv1.AcquireResponse {
 		Sequencer: g.Sequencer, ClusterId: g.ClusterID}}
 }
 
-// renew renews a grant and returns the answer, with a new sequencer unless
-// the request asks for none.
-func renew(ctx context.Context, s node, m *fencelockv1.RenewRequest) (*fencelockv1.RenewResponse, error) {
-	name, id, tok := fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)
-	ttl, err := s.Renew(ctx, name, id, tok)
-	if err != nil {
-		return nil, err
+// renewal is m as the node renews it.
+func renewal(m *fencelockv1.RenewRequest) server.Renewal {
+	return server.Renewal{Name: fencelock.LockName(m.Name), LeaseID: fencelock.LeaseID(m.LeaseId), Token: fencelock.Token(m.Token)}
+}
+
+// renewAnswer is the answer to m, which the node renewed as r: with a new
+// sequencer unless m asks for none.
+func renewAnswer(s node, m *fencelockv1.RenewRequest, r server.Renewal) (*fencelockv1.RenewResponse, error) {
+	if r.Err != nil {
+		return nil, r.Err
 	}
-	resp := &fencelockv1.RenewResponse{Ttl: durationpb.New(ttl)}
+	resp := &fencelockv1.RenewResponse{Ttl: durationpb.New(r.TTL)}
 	if !m.NoSequencer {
-		resp.Sequencer, _ = s.Sequence(name, tok, id, ttl)
+		resp.Sequencer, _ = s.Sequence(r.Name, r.Token, r.LeaseID, r.TTL)
 	}
 	return resp, nil
 }
@@ -211,7 +214,9 @@ func (a *lockAPI) Acquire(ctx context.Context, req *connect.Request[fencelockv1.
 }
 
 func (a *lockAPI) Renew(ctx context.Context, req *connect.Request[fencelockv1.RenewRequest]) (*connect.Response[fencelockv1.RenewResponse], error) {
-	resp, err := renew(ctx, a.s, req.Msg)
+	rs := []server.Renewal{renewal(req.Msg)}
+	a.s.Renew(ctx, rs)
+	resp, err := renewAnswer(a.s, req.Msg, rs[0])
 	if err != nil {
 		return nil, fail(a.s, "Renew", err)
 	}

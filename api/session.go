@@ -41,7 +41,8 @@ const maxProposing = 256
 const maxResults = 256
 
 // Session runs the calls of one stream, each in a goroutine of its own as
-// the unary method would. A call ends when its caller cancels it or the
+// the unary method would; the renewals of one message run together, on
+// one. A call ends when its caller cancels it or the
 // stream breaks. Results that are ready together go out in one message. A
 // stream the client closes cleanly (io.EOF) still gets the answers of its
 // calls under way.
@@ -190,7 +191,7 @@ func (ss *session) end(ctx context.Context) {
 // node is what a Session stream runs its calls on: *server.Server.
 type node interface {
 	Acquire(ctx context.Context, req server.AcquireRequest) (fencelock.Grant, error)
-	Renew(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) (time.Duration, error)
+	Renew(ctx context.Context, rs []server.Renewal)
 	Sequence(name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration) (string, string)
 	Release(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) error
 	CancelWait(ctx context.Context, name fencelock.LockName, rid string) error
@@ -229,7 +230,7 @@ func (ss *session) read(ctx context.Context, st sessionStream) error {
 			return err
 		}
 		if m.Ping {
-			ss.box.put(nil, true)
+			ss.box.put(true)
 		}
 		ss.mu.Lock()
 		for _, id := range m.Cancel {
@@ -238,12 +239,65 @@ func (ss *session) read(ctx context.Context, st sessionStream) error {
 			}
 		}
 		ss.mu.Unlock()
+		var renewals []*fencelockv1.Call
 		for _, c := range m.Calls {
-			if err := ss.start(c); err != nil {
+			if c.GetRenew() != nil {
+				renewals = append(renewals, c)
+			} else if err := ss.start(c); err != nil {
 				return err
 			}
 		}
+		if err := ss.renew(renewals); err != nil {
+			return err
+		}
 	}
+}
+
+// renew runs the renewals of one message together, on one goroutine: one
+// check that the node leads serves them all. They take no slot, and as
+// they are answered within that check's heartbeat round, a cancel does
+// not cut them short; their ids are not checked against running calls.
+// errTooManyCalls: the stream must end.
+func (ss *session) renew(cs []*fencelockv1.Call) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	n := int64(len(cs))
+	ss.mu.Lock()
+	if ss.closed {
+		ss.mu.Unlock()
+		return context.Canceled
+	}
+	if ss.active.Load()+n > 2*maxSessionCalls {
+		ss.mu.Unlock()
+		return errTooManyCalls
+	}
+	over := min(max(ss.active.Add(n)-maxSessionCalls, 0), n)
+	ss.wg.Add(1)
+	ss.mu.Unlock()
+	cs, refused := cs[:n-over], cs[n-over:]
+	ss.workers.run(func() {
+		defer ss.wg.Done()
+		answers := make([]*fencelockv1.Result, 0, n)
+		for _, c := range refused {
+			answers = append(answers, failed(ss.n, c.Id, "Session", fmt.Errorf("more than %d calls on one stream: %w", maxSessionCalls, fencelock.ErrTooLarge)))
+		}
+		rs := make([]server.Renewal, len(cs))
+		for i, c := range cs {
+			rs[i] = renewal(c.GetRenew())
+		}
+		ss.n.Renew(ss.stream, rs)
+		for i, c := range cs {
+			resp, err := renewAnswer(ss.n, c.GetRenew(), rs[i])
+			if err != nil {
+				answers = append(answers, failed(ss.n, c.Id, "Renew", err))
+			} else {
+				answers = append(answers, &fencelockv1.Result{Id: c.Id, Result: &fencelockv1.Result_Renew{Renew: resp}})
+			}
+		}
+		ss.box.put(false, answers...)
+	})
+	return nil
 }
 
 // start runs call c, or refuses it at once if its id runs already or the
@@ -267,7 +321,7 @@ func (ss *session) start(c *fencelockv1.Call) error {
 	}
 	if refusal != nil {
 		ss.mu.Unlock()
-		ss.box.put(failed(ss.n, c.Id, "Session", refusal), false)
+		ss.box.put(false, failed(ss.n, c.Id, "Session", refusal))
 		return nil
 	}
 	cctx, cancel := context.WithCancelCause(ss.base)
@@ -295,16 +349,14 @@ func (rn *running) run() {
 	ss := rn.ss
 	defer ss.wg.Done()
 	var r *fencelockv1.Result
-	if rn.c.GetRenew() == nil {
-		select {
-		case ss.proposing <- struct{}{}:
-			rn.slot.Store(true)
-		case <-rn.ctx.Done():
-		case <-ss.stream.Done():
-		}
-		if !rn.slot.Load() || ss.gone() { // a call of a stream that broke is not proposed
-			r = failed(ss.n, rn.c.Id, "Session", fmt.Errorf("call %d: %w: %w", rn.c.Id, fencelock.ErrUnavailable, cmp.Or(context.Cause(rn.ctx), context.Cause(ss.stream))))
-		}
+	select {
+	case ss.proposing <- struct{}{}:
+		rn.slot.Store(true)
+	case <-rn.ctx.Done():
+	case <-ss.stream.Done():
+	}
+	if !rn.slot.Load() || ss.gone() { // a call of a stream that broke is not proposed
+		r = failed(ss.n, rn.c.Id, "Session", fmt.Errorf("call %d: %w: %w", rn.c.Id, fencelock.ErrUnavailable, cmp.Or(context.Cause(rn.ctx), context.Cause(ss.stream))))
 	}
 	if r == nil {
 		r = run(rn.ctx, ss.n, rn.c, rn.free, ss.gone)
@@ -315,7 +367,7 @@ func (rn *running) run() {
 	delete(ss.calls, rn.c.Id)
 	ss.mu.Unlock()
 	close(rn.done)
-	ss.box.put(r, false)
+	ss.box.put(false, r)
 }
 
 // free gives back the call's slot, once: when it is answered, or queued
@@ -398,13 +450,11 @@ type outbox struct {
 	broken  bool
 }
 
-// put queues answer r (if not nil) and a pong (if pong), and sends the
+// put queues answers rs and a pong (if pong), and sends the
 // queue unless another goroutine is sending it.
-func (o *outbox) put(r *fencelockv1.Result, pong bool) {
+func (o *outbox) put(pong bool, rs ...*fencelockv1.Result) {
 	o.mu.Lock()
-	if r != nil {
-		o.results = append(o.results, r)
-	}
+	o.results = append(o.results, rs...)
 	o.pong = o.pong || pong
 	if o.sending {
 		o.mu.Unlock()
@@ -465,12 +515,6 @@ func run(ctx context.Context, s node, c *fencelockv1.Call, queued func(), gone f
 			return failed(s, c.Id, "Acquire", err)
 		}
 		r.Result = &fencelockv1.Result_Acquire{Acquire: acquireResponse(g)}
-	case *fencelockv1.Call_Renew:
-		resp, err := renew(ctx, s, op.Renew)
-		if err != nil {
-			return failed(s, c.Id, "Renew", err)
-		}
-		r.Result = &fencelockv1.Result_Renew{Renew: resp}
 	case *fencelockv1.Call_Release:
 		m := op.Release
 		if err := s.Release(ctx, fencelock.LockName(m.Name), fencelock.LeaseID(m.LeaseId), fencelock.Token(m.Token)); err != nil {

@@ -56,8 +56,10 @@ func (n *stalledNode) Acquire(ctx context.Context, req server.AcquireRequest) (f
 
 var errNotHere = errors.New("not on this node")
 
-func (n *stalledNode) Renew(context.Context, fencelock.LockName, fencelock.LeaseID, fencelock.Token) (time.Duration, error) {
-	return 0, errNotHere
+func (n *stalledNode) Renew(_ context.Context, rs []server.Renewal) {
+	for i := range rs {
+		rs[i].Err = errNotHere
+	}
 }
 func (n *stalledNode) Sequence(fencelock.LockName, fencelock.Token, fencelock.LeaseID, time.Duration) (string, string) {
 	return "", ""
@@ -111,8 +113,10 @@ func (n *countingNode) Acquire(ctx context.Context, req server.AcquireRequest) (
 	return n.stalledNode.Acquire(ctx, req)
 }
 
-func (n *countingNode) Renew(context.Context, fencelock.LockName, fencelock.LeaseID, fencelock.Token) (time.Duration, error) {
-	return 0, fmt.Errorf("%s: %w", n.msg, errNotHere)
+func (n *countingNode) Renew(_ context.Context, rs []server.Renewal) {
+	for i := range rs {
+		rs[i].Err = fmt.Errorf("%s: %w", n.msg, errNotHere)
+	}
 }
 
 // h2Session serves Session streams on a node as Handler does: through
@@ -681,5 +685,72 @@ func TestHTTPServer_ClosesAConnectionThatTakesNothing(t *testing.T) {
 	case <-ended:
 	case <-time.After(writeByteTimeout + 20*time.Second):
 		t.Fatalf("the session of a client that takes no byte still runs %v after", writeByteTimeout+20*time.Second)
+	}
+}
+
+// batchNode records the renewals each Renew call of the session carries,
+// and renews them once proceed is closed.
+type batchNode struct {
+	stalledNode
+	batches chan int
+	proceed chan struct{}
+}
+
+func (n *batchNode) Renew(_ context.Context, rs []server.Renewal) {
+	n.batches <- len(rs)
+	<-n.proceed
+	for i := range rs {
+		rs[i].TTL = time.Minute
+	}
+}
+
+// TestSession_RenewalsOfAMessageGoTogether: the renewals of one message
+// reach the node in one Renew (one leader check), and a cancel of one of
+// them does not cut it short: each is answered with its renewal.
+func TestSession_RenewalsOfAMessageGoTogether(t *testing.T) {
+	t.Parallel()
+	n := &batchNode{stalledNode: stalledNode{raft: make(chan struct{})}, batches: make(chan int, 10), proceed: make(chan struct{})}
+	defer close(n.raft)
+	in := make(chan *fencelockv1.SessionRequest, 10)
+	got := make(chan *fencelockv1.Result, 100)
+	st := &funcStream{in: in, send: func(m *fencelockv1.SessionResponse) error {
+		for _, r := range m.Results {
+			got <- r
+		}
+		if m.Pong {
+			got <- nil
+		}
+		return nil
+	}}
+	go func() { _ = serveSession(context.Background(), n, testWorkers(t), st) }()
+	defer close(in)
+	calls := []*fencelockv1.Call{{Id: 1, Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{Name: "w", Ttl: durationpb.New(time.Minute)}}}}
+	for id := uint64(2); id <= 4; id++ {
+		calls = append(calls, &fencelockv1.Call{Id: id, Op: &fencelockv1.Call_Renew{Renew: &fencelockv1.RenewRequest{
+			Name: "x", LeaseId: "L", Token: id, NoSequencer: true}}})
+	}
+	in <- &fencelockv1.SessionRequest{Calls: calls}
+	if b := <-n.batches; b != 3 {
+		t.Fatalf("the node renewed %d grants in one call, want the message's 3", b)
+	}
+	in <- &fencelockv1.SessionRequest{Cancel: []uint64{3}, Ping: true} // answered after the cancel is read
+	if r := <-got; r != nil {
+		t.Fatalf("an answer before the node renewed: %v", r)
+	}
+	close(n.proceed)
+	for range 3 {
+		select {
+		case r := <-got:
+			if r.GetRenew().GetTtl().AsDuration() != time.Minute {
+				t.Errorf("call %d: %v, want its renewal", r.Id, r)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a renewal was not answered")
+		}
+	}
+	select {
+	case b := <-n.batches:
+		t.Errorf("a second Renew of %d grants for one message", b)
+	default:
 	}
 }

@@ -43,7 +43,7 @@ func TestACL_everyOperationChecks(t *testing.T) {
 			_, err := s.Acquire(ctx, AcquireRequest{Name: "billing/43", TTL: time.Minute})
 			return err
 		},
-		"Renew":      func(ctx context.Context) error { _, err := s.Renew(ctx, g.Name, g.LeaseID, g.Token); return err },
+		"Renew":      func(ctx context.Context) error { return renewOne(ctx, s, g) },
 		"CancelWait": func(ctx context.Context) error { return s.CancelWait(ctx, g.Name, "rid") },
 		"Describe":   func(ctx context.Context) error { _, err := s.Describe(ctx, g.Name); return err },
 		"List":       func(ctx context.Context) error { _, _, err := s.List(ctx, "billing/", "", 10); return err },
@@ -89,7 +89,7 @@ func TestACL_requestIDsBelongToTheirCaller(t *testing.T) {
 	if l, _ := s.fsm.Get("billing/42"); l.Holder == nil || l.Holder.Token != g.Token || l.Holder.Detached {
 		t.Fatalf("billing's grant after another identity's refused retry: %+v; want it held as it was", l.Holder)
 	}
-	if _, err := s.Renew(thief, g.Name, g.LeaseID, g.Token); !errors.Is(err, fencelock.ErrPermissionDenied) {
+	if err := renewOne(thief, s, g); !errors.Is(err, fencelock.ErrPermissionDenied) {
 		t.Fatalf("Renew of billing's grant by another identity that knows its lease id: %v, want ErrPermissionDenied", err)
 	}
 	if err := s.Release(thief, g.Name, g.LeaseID, g.Token); !errors.Is(err, fencelock.ErrPermissionDenied) {

@@ -315,3 +315,10 @@ func TestCancelWait_EndsTheCallsStillWaiting(t *testing.T) {
 		t.Fatal("still queued after the cancel")
 	}
 }
+
+// renewOne renews grant g alone.
+func renewOne(ctx context.Context, s *Server, g fencelock.Grant) error {
+	rs := []Renewal{{Name: g.Name, LeaseID: g.LeaseID, Token: g.Token}}
+	s.Renew(ctx, rs)
+	return rs[0].Err
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -63,5 +64,54 @@ func TestServer_NewLeaderArmsLeasesWithTheRPCTimeout(t *testing.T) {
 	if want := before.Add(time.Minute + rpcTimeout(again.cfg)); !ok || exp.Before(want) {
 		t.Fatalf("the lease is armed until %v after the restart began (%v); want at least TTL + rpcTimeout = %v",
 			exp.Sub(before), ok, want.Sub(before))
+	}
+}
+
+// TestRenew_EachGrantItsOwnOutcome: a batch of renewals is served by one
+// leader check, and each grant gets its own outcome: the held ones their
+// TTL, a released one ErrNotHolder, a malformed one its input error.
+func TestRenew_EachGrantItsOwnOutcome(t *testing.T) {
+	t.Parallel()
+	s := openInProcess(t)
+	ctx := t.Context()
+	a, err := s.Acquire(ctx, AcquireRequest{Name: "a", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Acquire(ctx, AcquireRequest{Name: "b", TTL: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, err := s.Acquire(ctx, AcquireRequest{Name: "c", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, gone.Name, gone.LeaseID, gone.Token); err != nil {
+		t.Fatal(err)
+	}
+	checks := 0
+	verify := s.leaderCheck.verify
+	s.leaderCheck.verify = func() error { checks++; return verify() }
+	rs := []Renewal{
+		{Name: a.Name, LeaseID: a.LeaseID, Token: a.Token},
+		{Name: gone.Name, LeaseID: gone.LeaseID, Token: gone.Token},
+		{Name: b.Name, LeaseID: b.LeaseID, Token: 0},
+		{Name: b.Name, LeaseID: b.LeaseID, Token: b.Token},
+	}
+	s.Renew(ctx, rs)
+	if rs[0].Err != nil || rs[0].TTL != time.Minute {
+		t.Errorf("held grant a: ttl %v, %v; want 1m, no error", rs[0].TTL, rs[0].Err)
+	}
+	if !errors.Is(rs[1].Err, fencelock.ErrNotHolder) {
+		t.Errorf("released grant c: %v, want ErrNotHolder", rs[1].Err)
+	}
+	if !errors.Is(rs[2].Err, fencelock.ErrMissingToken) {
+		t.Errorf("grant b without its token: %v, want ErrMissingToken", rs[2].Err)
+	}
+	if rs[3].Err != nil || rs[3].TTL != 2*time.Minute {
+		t.Errorf("held grant b: ttl %v, %v; want 2m, no error", rs[3].TTL, rs[3].Err)
+	}
+	if checks != 1 {
+		t.Errorf("%d leader checks for one batch, want 1", checks)
 	}
 }

@@ -270,27 +270,71 @@ func validateGrantRef(name fencelock.LockName, id fencelock.LeaseID, token fence
 	return nil
 }
 
-// Renew extends the grant's lease by its TTL and returns the TTL. It writes
-// nothing to disk. Errors: ErrNotHolder (not the current grant),
-// ErrLeaseExpired (the lease ran out first), ErrPermissionDenied (another
-// identity's grant), ErrNotLeader, invalid input.
-func (s *Server) Renew(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) (time.Duration, error) {
-	if err := validateGrantRef(name, id, token); err != nil {
-		return 0, err
+// Renewal is one grant to renew and, once Renew returns, its outcome: the
+// TTL its lease was extended by, or Err.
+type Renewal struct {
+	Name    fencelock.LockName
+	LeaseID fencelock.LeaseID
+	Token   fencelock.Token
+
+	TTL time.Duration
+	Err error
+}
+
+// Renew extends each grant's lease by its TTL, setting its TTL or Err. It
+// writes nothing to disk; one check that this node still leads (a
+// heartbeat round) serves them all. Errors: ErrNotHolder (not the current
+// grant), ErrLeaseExpired (the lease ran out first), ErrPermissionDenied
+// (another identity's grant), ErrNotLeader, ErrUnavailable (ctx ended
+// first), invalid input.
+func (s *Server) Renew(ctx context.Context, rs []Renewal) {
+	checked := false
+	for i := range rs {
+		r := &rs[i]
+		r.TTL, r.Err = 0, validateGrantRef(r.Name, r.LeaseID, r.Token)
+		if r.Err == nil {
+			if err := s.allow(ctx, acl.Lock, r.Name); err != nil {
+				r.Err = fmt.Errorf("renew: %w", err)
+			}
+		}
+		checked = checked || r.Err == nil
 	}
-	if err := s.allow(ctx, acl.Lock, name); err != nil {
-		return 0, fmt.Errorf("renew: %w", err)
+	if !checked {
+		return
 	}
+	err := s.checkLeader(ctx)
+	owner, now := s.owner(ctx), time.Now()
+	for i := range rs {
+		r := &rs[i]
+		switch {
+		case r.Err != nil:
+		case err != nil:
+			r.Err = fmt.Errorf("renew %q: %w", r.Name, err)
+		default:
+			r.TTL, r.Err = s.renew(r.Name, r.LeaseID, r.Token, owner, now)
+		}
+	}
+}
+
+// checkLeader confirms that this node still leads with a heartbeat round
+// that starts after the call. Errors: ErrNotLeader, ErrUnavailable (ctx
+// ended first).
+func (s *Server) checkLeader(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
 	}
 	if err := s.leaderCheck.check(ctx); err != nil {
 		if ctx.Err() != nil {
-			return 0, fmt.Errorf("renew %q: %w: %w", name, fencelock.ErrUnavailable, ctx.Err())
+			return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, ctx.Err())
 		}
-		return 0, fmt.Errorf("renew %q: %w", name, s.notLeader())
+		return s.notLeader()
 	}
-	ttl, r := s.leases.renew(name, id, token, s.owner(ctx), time.Now())
+	return nil
+}
+
+// renew extends one grant's lease, on a node known to lead.
+func (s *Server) renew(name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token, owner string, now time.Time) (time.Duration, error) {
+	ttl, r := s.leases.renew(name, id, token, owner, now)
 	switch r {
 	case renewed:
 		s.metrics.renewals.Inc()
