@@ -285,13 +285,16 @@ func (c *Client) call(ctx context.Context, extra time.Duration, fn func(ctx cont
 }
 
 // attempt runs fn once on ep; an endpoint that does not answer in time, or
-// at all, is marked silent.
+// at all, is marked silent (not for a call the client held back).
 func (c *Client) attempt(ctx context.Context, ep *endpoint, extra time.Duration, fn func(context.Context, *endpoint) error) error {
 	limit := c.cfg.AttemptTimeout + extra
 	actx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	err := fn(actx, ep)
 	if err != nil && actx.Err() != nil && ctx.Err() == nil {
+		if errors.Is(err, errHeldBack) {
+			return fmt.Errorf("%s: %w within %v: %w", ep.host, errHeldBack, limit, fencelock.ErrUnavailable)
+		}
 		err = fmt.Errorf("%s did not answer within %v: %w", ep.host, limit, fencelock.ErrUnavailable)
 		ep.silence(c.cfg.SilentFor)
 	} else if errors.Is(err, wire.ErrNoAnswer) {

@@ -46,6 +46,11 @@ func newSessionNode(n *connectNode, closeIdle func(), ws *wsDialer) *sessionNode
 // no other call was out on it.
 var errLeft = errors.New("left a node that is not the leader")
 
+// errHeldBack is how a call ends whose context ended before the client
+// sent it (it waited for room among the calls out): the node is not to
+// blame, and is not marked silent for it.
+var errHeldBack = errors.New("the call waited in the client for room on its stream")
+
 var _ node = (*sessionNode)(nil)
 
 // stream is one open Session stream.
@@ -163,7 +168,9 @@ func (n *sessionNode) do(ctx context.Context, c *fencelockv1.Call) (*fencelockv1
 		}
 		return nil, wire.NoAnswer(st.err)
 	case <-ctx.Done():
-		st.drop(id)
+		if !st.drop(id) {
+			return nil, fmt.Errorf("%w: %w", errHeldBack, ctx.Err())
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -205,22 +212,24 @@ func (st *stream) add(c *fencelockv1.Call) (chan *fencelockv1.Result, uint64) {
 	return ch, c.Id
 }
 
-// drop forgets call id and cancels it on the node. A call not sent yet is
-// not sent at all: the node reads a message's cancels before its calls, so
-// a cancel sent with its call would be lost.
-func (st *stream) drop(id uint64) {
+// drop forgets call id and cancels it on the node, and reports whether it
+// had been sent. A call not sent yet is not sent at all: the node reads a
+// message's cancels before its calls, so a cancel sent with its call would
+// be lost.
+func (st *stream) drop(id uint64) (sent bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if _, ok := st.calls[id]; !ok {
-		return
+		return true // answered meanwhile
 	}
 	delete(st.calls, id)
 	if i := slices.IndexFunc(st.pending, func(c *fencelockv1.Call) bool { return c.Id == id }); i >= 0 {
 		st.pending = slices.Delete(st.pending, i, i+1)
-		return
+		return false
 	}
 	st.cancels = append(st.cancels, id)
 	st.signal()
+	return true
 }
 
 func (st *stream) signal() {

@@ -263,3 +263,60 @@ func TestSession_AtMostMaxOutCallsOut(t *testing.T) {
 	}
 	n2.close()
 }
+
+// silentCarrier takes every message and answers none.
+type silentCarrier struct{ closed chan struct{} }
+
+func (s *silentCarrier) Send(*fencelockv1.SessionRequest) error { return nil }
+func (s *silentCarrier) Receive() (*fencelockv1.SessionResponse, error) {
+	<-s.closed
+	return nil, io.EOF
+}
+func (s *silentCarrier) CloseRequest() error  { return nil }
+func (s *silentCarrier) CloseResponse() error { return nil }
+
+// TestSession_ACallHeldBackDoesNotSilenceItsNode: a call whose context
+// ends while it waits in the client for room among the calls out ends
+// with errHeldBack, and its attempt does not mark the node silent; a call
+// sent and not answered does.
+func TestSession_ACallHeldBackDoesNotSilenceItsNode(t *testing.T) {
+	t.Parallel()
+	carrier := &silentCarrier{closed: make(chan struct{})}
+	defer close(carrier.closed)
+	n := newSessionNode(newConnectNode(http.DefaultClient, "http://127.0.0.1:1"), func() {}, newWSDialer("http://127.0.0.1:1", nil, ""))
+	st := &stream{bidi: carrier, cancel: func() {}, wake: make(chan struct{}, 1), dead: make(chan struct{}),
+		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: 1}
+	st.timer = time.AfterFunc(time.Hour, st.watch)
+	st.timer.Stop()
+	n.cur = st
+	go st.write()
+	go st.read()
+	defer st.fail(errors.New("test over"))
+
+	c := &Client{cfg: Config{AttemptTimeout: 300 * time.Millisecond, SilentFor: time.Minute}}
+	release := func(ctx context.Context, _ *endpoint) error {
+		return n.release(ctx, &fencelockv1.ReleaseRequest{Name: "x", LeaseId: "l", Token: 1})
+	}
+	sentEP, heldEP := &endpoint{host: "sent"}, &endpoint{host: "held"}
+	errs := make(chan error, 1)
+	go func() { errs <- c.attempt(context.Background(), sentEP, 0, release) }()
+	for { // the first call is out: the stream has room for no other
+		st.mu.Lock()
+		out := st.out
+		st.mu.Unlock()
+		if out == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	err := c.attempt(context.Background(), heldEP, 0, release)
+	if !errors.Is(err, errHeldBack) || !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Errorf("a call held back in the client: %v, want errHeldBack and ErrUnavailable", err)
+	}
+	if heldEP.silent() {
+		t.Error("a call held back in the client marked its node silent")
+	}
+	if err := <-errs; errors.Is(err, errHeldBack) || !sentEP.silent() {
+		t.Errorf("a call sent and not answered: %v, silent %v; want the node marked silent", err, sentEP.silent())
+	}
+}
