@@ -128,7 +128,13 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if s.replayTo, err = store.LastIndex(); err != nil {
 		return fail(fmt.Errorf("read the raft log's last index: %w", err))
 	}
-	r, err := raft.NewRaft(rc, s.fsm, store, store, snaps, trans)
+	// The recent entries stay in memory: the leader sends them to its
+	// followers, and a follower applies them, without reading them back.
+	logs, err := raft.NewLogCache(logCacheEntries, store)
+	if err != nil {
+		return fail(err)
+	}
+	r, err := raft.NewRaft(rc, s.fsm, logs, store, snaps, trans)
 	if err != nil {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
@@ -177,6 +183,10 @@ func openTransport(cfg Config, raftLog hclog.Logger, gate *peerGate) (*raft.Netw
 	tc.Stream = newTLSStream(ln, addr, cfg.PeerTLS, gate, cfg.Logger)
 	return raft.NewNetworkTransportWithConfig(tc), nil
 }
+
+// logCacheEntries is how many of the latest log entries a node keeps in
+// memory: as many as one append carries (MaxAppendEntries).
+const logCacheEntries = 1024
 
 // raftConfig is the Raft configuration of a node, and the channel that
 // learns of its leadership changes.
