@@ -189,20 +189,16 @@ func acquireResponse(g fencelock.Grant) *fencelockv1.AcquireResponse {
 
 // renewal is m as the node renews it.
 func renewal(m *fencelockv1.RenewRequest) server.Renewal {
-	return server.Renewal{Name: fencelock.LockName(m.Name), LeaseID: fencelock.LeaseID(m.LeaseId), Token: fencelock.Token(m.Token)}
+	return server.Renewal{Name: fencelock.LockName(m.Name), LeaseID: fencelock.LeaseID(m.LeaseId), Token: fencelock.Token(m.Token),
+		Sign: !m.NoSequencer}
 }
 
-// renewAnswer is the answer to m, which the node renewed as r: with a new
-// sequencer unless m asks for none.
-func renewAnswer(s node, m *fencelockv1.RenewRequest, r server.Renewal) (*fencelockv1.RenewResponse, error) {
+// renewAnswer is the answer to a call the node renewed as r.
+func renewAnswer(r server.Renewal) (*fencelockv1.RenewResponse, error) {
 	if r.Err != nil {
 		return nil, r.Err
 	}
-	resp := &fencelockv1.RenewResponse{Ttl: durationpb.New(r.TTL)}
-	if !m.NoSequencer {
-		resp.Sequencer, _ = s.Sequence(r.Name, r.Token, r.LeaseID, r.TTL)
-	}
-	return resp, nil
+	return &fencelockv1.RenewResponse{Ttl: durationpb.New(r.TTL), Sequencer: r.Sequencer}, nil
 }
 
 func (a *lockAPI) Acquire(ctx context.Context, req *connect.Request[fencelockv1.AcquireRequest]) (*connect.Response[fencelockv1.AcquireResponse], error) {
@@ -216,7 +212,7 @@ func (a *lockAPI) Acquire(ctx context.Context, req *connect.Request[fencelockv1.
 func (a *lockAPI) Renew(ctx context.Context, req *connect.Request[fencelockv1.RenewRequest]) (*connect.Response[fencelockv1.RenewResponse], error) {
 	rs := []server.Renewal{renewal(req.Msg)}
 	a.s.Renew(ctx, rs)
-	resp, err := renewAnswer(a.s, req.Msg, rs[0])
+	resp, err := renewAnswer(rs[0])
 	if err != nil {
 		return nil, fail(a.s, "Renew", err)
 	}

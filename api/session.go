@@ -42,8 +42,8 @@ const maxResults = 256
 
 // Session runs the calls of one stream, each in a goroutine of its own as
 // the unary method would; the renewals of one message run together, on
-// one. A call ends when its caller cancels it or the
-// stream breaks. Results that are ready together go out in one message. A
+// one. A call ends when its caller cancels it (a renewal is answered
+// after its leader check) or the stream breaks. Results that are ready together go out in one message. A
 // stream the client closes cleanly (io.EOF) still gets the answers of its
 // calls under way.
 func (a *lockAPI) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
@@ -192,7 +192,6 @@ func (ss *session) end(ctx context.Context) {
 type node interface {
 	Acquire(ctx context.Context, req server.AcquireRequest) (fencelock.Grant, error)
 	Renew(ctx context.Context, rs []server.Renewal)
-	Sequence(name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration) (string, string)
 	Release(ctx context.Context, name fencelock.LockName, id fencelock.LeaseID, token fencelock.Token) error
 	CancelWait(ctx context.Context, name fencelock.LockName, rid string) error
 	Refused(method string, err error)
@@ -239,25 +238,30 @@ func (ss *session) read(ctx context.Context, st sessionStream) error {
 			}
 		}
 		ss.mu.Unlock()
-		var renewals []*fencelockv1.Call
+		var renewals, others []*fencelockv1.Call
 		for _, c := range m.Calls {
 			if c.GetRenew() != nil {
 				renewals = append(renewals, c)
-			} else if err := ss.start(c); err != nil {
-				return err
+			} else {
+				others = append(others, c)
 			}
 		}
-		if err := ss.renew(renewals); err != nil {
+		if err := ss.renew(renewals); err != nil { // first: they keep leases alive
 			return err
+		}
+		for _, c := range others {
+			if err := ss.start(c); err != nil {
+				return err
+			}
 		}
 	}
 }
 
 // renew runs the renewals of one message together, on one goroutine: one
 // check that the node leads serves them all. They take no slot, and as
-// they are answered within that check's heartbeat round, a cancel does
-// not cut them short; their ids are not checked against running calls.
-// errTooManyCalls: the stream must end.
+// they are answered after that check, a cancel does not cut them short;
+// their ids are not checked against running calls. Those past
+// maxSessionCalls are refused. errTooManyCalls: the stream must end.
 func (ss *session) renew(cs []*fencelockv1.Call) error {
 	if len(cs) == 0 {
 		return nil
@@ -275,29 +279,33 @@ func (ss *session) renew(cs []*fencelockv1.Call) error {
 	over := min(max(ss.active.Add(n)-maxSessionCalls, 0), n)
 	ss.wg.Add(1)
 	ss.mu.Unlock()
-	cs, refused := cs[:n-over], cs[n-over:]
 	ss.workers.run(func() {
 		defer ss.wg.Done()
-		answers := make([]*fencelockv1.Result, 0, n)
-		for _, c := range refused {
-			answers = append(answers, failed(ss.n, c.Id, "Session", fmt.Errorf("more than %d calls on one stream: %w", maxSessionCalls, fencelock.ErrTooLarge)))
-		}
-		rs := make([]server.Renewal, len(cs))
-		for i, c := range cs {
-			rs[i] = renewal(c.GetRenew())
-		}
-		ss.n.Renew(ss.stream, rs)
-		for i, c := range cs {
-			resp, err := renewAnswer(ss.n, c.GetRenew(), rs[i])
-			if err != nil {
-				answers = append(answers, failed(ss.n, c.Id, "Renew", err))
-			} else {
-				answers = append(answers, &fencelockv1.Result{Id: c.Id, Result: &fencelockv1.Result_Renew{Renew: resp}})
-			}
-		}
-		ss.box.put(false, answers...)
+		ss.box.put(false, ss.renewed(cs[:n-over], cs[n-over:])...)
 	})
 	return nil
+}
+
+// renewed renews cs on the node and returns their answers, with refusals
+// for refused.
+func (ss *session) renewed(cs, refused []*fencelockv1.Call) []*fencelockv1.Result {
+	answers := make([]*fencelockv1.Result, 0, len(cs)+len(refused))
+	for _, c := range refused {
+		answers = append(answers, failed(ss.n, c.Id, "Session", fmt.Errorf("more than %d calls on one stream: %w", maxSessionCalls, fencelock.ErrTooLarge)))
+	}
+	rs := make([]server.Renewal, len(cs))
+	for i, c := range cs {
+		rs[i] = renewal(c.GetRenew())
+	}
+	ss.n.Renew(ss.stream, rs)
+	for i, c := range cs {
+		if resp, err := renewAnswer(rs[i]); err != nil {
+			answers = append(answers, failed(ss.n, c.Id, "Renew", err))
+		} else {
+			answers = append(answers, &fencelockv1.Result{Id: c.Id, Result: &fencelockv1.Result_Renew{Renew: resp}})
+		}
+	}
+	return answers
 }
 
 // start runs call c, or refuses it at once if its id runs already or the
@@ -343,8 +351,8 @@ type running struct {
 	slot   atomic.Bool   // it holds a slot of ss.proposing
 }
 
-// run waits for a slot if c goes through Raft (a renewal does not), runs
-// c, and queues its answer.
+// run waits for a slot, runs c (a call through Raft: not a renewal), and
+// queues its answer.
 func (rn *running) run() {
 	ss := rn.ss
 	defer ss.wg.Done()

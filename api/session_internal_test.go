@@ -61,9 +61,6 @@ func (n *stalledNode) Renew(_ context.Context, rs []server.Renewal) {
 		rs[i].Err = errNotHere
 	}
 }
-func (n *stalledNode) Sequence(fencelock.LockName, fencelock.Token, fencelock.LeaseID, time.Duration) (string, string) {
-	return "", ""
-}
 func (n *stalledNode) Release(context.Context, fencelock.LockName, fencelock.LeaseID, fencelock.Token) error {
 	return errNotHere
 }
@@ -689,18 +686,18 @@ func TestHTTPServer_ClosesAConnectionThatTakesNothing(t *testing.T) {
 }
 
 // batchNode records the renewals each Renew call of the session carries,
-// and renews them once proceed is closed.
+// and renews them once proceed is closed, unless ctx ended.
 type batchNode struct {
 	stalledNode
 	batches chan int
 	proceed chan struct{}
 }
 
-func (n *batchNode) Renew(_ context.Context, rs []server.Renewal) {
+func (n *batchNode) Renew(ctx context.Context, rs []server.Renewal) {
 	n.batches <- len(rs)
 	<-n.proceed
 	for i := range rs {
-		rs[i].TTL = time.Minute
+		rs[i].TTL, rs[i].Err = time.Minute, ctx.Err()
 	}
 }
 
@@ -730,27 +727,82 @@ func TestSession_RenewalsOfAMessageGoTogether(t *testing.T) {
 			Name: "x", LeaseId: "L", Token: id, NoSequencer: true}}})
 	}
 	in <- &fencelockv1.SessionRequest{Calls: calls}
-	if b := <-n.batches; b != 3 {
+	if b := receive(t, n.batches); b != 3 {
 		t.Fatalf("the node renewed %d grants in one call, want the message's 3", b)
 	}
 	in <- &fencelockv1.SessionRequest{Cancel: []uint64{3}, Ping: true} // answered after the cancel is read
-	if r := <-got; r != nil {
+	if r := receive(t, got); r != nil {
 		t.Fatalf("an answer before the node renewed: %v", r)
 	}
 	close(n.proceed)
+	answered := map[uint64]bool{}
 	for range 3 {
-		select {
-		case r := <-got:
-			if r.GetRenew().GetTtl().AsDuration() != time.Minute {
-				t.Errorf("call %d: %v, want its renewal", r.Id, r)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a renewal was not answered")
+		r := receive(t, got)
+		if r.GetRenew().GetTtl().AsDuration() != time.Minute {
+			t.Errorf("call %d: %v, want its renewal", r.GetId(), r)
 		}
+		answered[r.GetId()] = true
+	}
+	if !answered[2] || !answered[3] || !answered[4] {
+		t.Errorf("answered calls %v, want 2, 3 and 4", answered)
 	}
 	select {
 	case b := <-n.batches:
 		t.Errorf("a second Renew of %d grants for one message", b)
 	default:
+	}
+}
+
+// receive returns the next value of ch, failing t after 10 s without one.
+func receive[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing came")
+	}
+	var zero T
+	return zero
+}
+
+// TestSession_RenewalsGoFirstAndPastTheBoundAreRefused: a message's
+// renewals are taken before its other calls, so that near the bound an
+// acquire is refused rather than a renewal; renewals past the bound are
+// refused, each with too_large.
+func TestSession_RenewalsGoFirstAndPastTheBoundAreRefused(t *testing.T) {
+	t.Parallel()
+	n := &stalledNode{raft: make(chan struct{})}
+	defer close(n.raft)
+	in := make(chan *fencelockv1.SessionRequest, 10)
+	got := make(chan *fencelockv1.Result, 100)
+	st := &funcStream{in: in, send: func(m *fencelockv1.SessionResponse) error {
+		for _, r := range m.Results {
+			got <- r
+		}
+		return nil
+	}}
+	go func() { _ = serveSession(context.Background(), n, testWorkers(t), st) }()
+	defer close(in)
+	acquire := func(id uint64) *fencelockv1.Call {
+		return &fencelockv1.Call{Id: id, Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{
+			Name: fmt.Sprintf("l%d", id), Ttl: durationpb.New(time.Minute)}}}
+	}
+	renew := func(id uint64) *fencelockv1.Call {
+		return &fencelockv1.Call{Id: id, Op: &fencelockv1.Call_Renew{Renew: &fencelockv1.RenewRequest{Name: "x"}}}
+	}
+	var waits []*fencelockv1.Call
+	for id := range uint64(maxSessionCalls - 2) { // stay on their way through Raft
+		waits = append(waits, acquire(id+1))
+	}
+	in <- &fencelockv1.SessionRequest{Calls: waits}
+	in <- &fencelockv1.SessionRequest{Calls: []*fencelockv1.Call{acquire(100000), renew(100001), renew(100002), renew(100003)}}
+	want := map[uint64]string{100000: "too_large", 100001: "not on this node", 100002: "not on this node", 100003: "too_large"}
+	for range want {
+		r := receive(t, got)
+		e := r.GetError()
+		if w, ok := want[r.Id]; !ok || !strings.Contains(e.GetMessage()+" "+e.GetDetail().GetCode(), w) {
+			t.Errorf("call %d: %v, want %q", r.Id, e, want[r.Id])
+		}
 	}
 }

@@ -135,24 +135,53 @@ func (s *Server) ClusterID() string {
 	return ""
 }
 
-// Sequence returns the sequencer of a grant or renewal, and the cluster
-// id; "" for both before the cluster has a key. It is signed in a batch
-// with the sequencers asked for meanwhile (signQueue). Its lease end is the
-// lease table's deadline for the grant (now + ttl if the table has none),
-// never later than the lease really ends.
+// Sequence returns the sequencer of a grant, and the cluster id; "" for
+// both before the cluster has a key. It is signed in a batch with the
+// sequencers asked for meanwhile (signQueue).
 func (s *Server) Sequence(name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration) (string, string) {
 	sg := s.signers.get(s.fsm)
 	if sg == nil {
 		return "", ""
 	}
+	r := &signRequest{key: sg.key, text: make(chan string, 1), seq: s.proof(sg, name, token, lease, ttl, time.Now())}
+	return s.toSign.sign(r), sg.clusterID
+}
+
+// signRenewals signs a new sequencer for each renewal of rs that asks for
+// one and was renewed, under one signature per sequencer.MaxBatch of them.
+func (s *Server) signRenewals(rs []Renewal) {
+	sg := s.signers.get(s.fsm)
+	if sg == nil {
+		return
+	}
 	now := time.Now()
+	var seqs []sequencer.Sequencer
+	var of []int // the renewal of each of seqs
+	for i, r := range rs {
+		if r.Sign && r.Err == nil {
+			seqs = append(seqs, s.proof(sg, r.Name, r.Token, r.LeaseID, r.TTL, now))
+			of = append(of, i)
+		}
+	}
+	for len(seqs) > 0 {
+		n := min(len(seqs), sequencer.MaxBatch)
+		for k, text := range sequencer.SignBatch(seqs[:n], sg.key) {
+			rs[of[k]].Sequencer = text
+		}
+		seqs, of = seqs[n:], of[n:]
+	}
+}
+
+// proof is the sequencer of a grant or renewal, issued now. Its lease end
+// is the lease table's deadline for the grant (now + ttl if the table has
+// none), never later than the lease really ends.
+func (s *Server) proof(sg *signer, name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration, now time.Time) sequencer.Sequencer {
 	end, ok := s.leases.expiry(name, token)
 	if !ok || end.After(now.Add(ttl)) {
 		end = now.Add(ttl)
 	}
-	r := &signRequest{key: sg.key, text: make(chan string, 1), seq: sequencer.Sequencer{Lock: name, Token: token,
-		ClusterID: sg.clusterID, KeyID: sg.keyID, LeaseHash: sequencer.LeaseHash(lease), Issued: now, LeaseEnd: end}}
-	return s.toSign.sign(r), sg.clusterID
+	return sequencer.Sequencer{Lock: name, Token: token, ClusterID: sg.clusterID, KeyID: sg.keyID,
+		LeaseHash: sequencer.LeaseHash(lease), Issued: now, LeaseEnd: end}
 }
 
 // Verifier returns a sequencer.Verifier that trusts the cluster's keys.

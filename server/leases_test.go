@@ -2,12 +2,14 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/fsm"
 	"github.com/fencelock/fencelock/internal/testproc"
+	"github.com/fencelock/fencelock/sequencer"
 )
 
 func TestLeaseTable_ActivationVoidAfterLostLeadership(t *testing.T) {
@@ -96,7 +98,7 @@ func TestRenew_EachGrantItsOwnOutcome(t *testing.T) {
 		{Name: a.Name, LeaseID: a.LeaseID, Token: a.Token},
 		{Name: gone.Name, LeaseID: gone.LeaseID, Token: gone.Token},
 		{Name: b.Name, LeaseID: b.LeaseID, Token: 0},
-		{Name: b.Name, LeaseID: b.LeaseID, Token: b.Token},
+		{Name: b.Name, LeaseID: b.LeaseID, Token: b.Token, Sign: true},
 	}
 	s.Renew(ctx, rs)
 	if rs[0].Err != nil || rs[0].TTL != time.Minute {
@@ -111,7 +113,35 @@ func TestRenew_EachGrantItsOwnOutcome(t *testing.T) {
 	if rs[3].Err != nil || rs[3].TTL != 2*time.Minute {
 		t.Errorf("held grant b: ttl %v, %v; want 2m, no error", rs[3].TTL, rs[3].Err)
 	}
+	if seq, err := s.Verifier().VerifyWrite(rs[3].Sequencer, b.Name, b.Token); err != nil || !seq.LeaseEnd.After(time.Now().Add(time.Minute)) {
+		t.Errorf("grant b's new sequencer: %+v, %v; want one that verifies, for its renewed lease", seq, err)
+	}
+	if rs[0].Sequencer != "" {
+		t.Errorf("grant a, renewed without Sign, got a sequencer")
+	}
 	if checks != 1 {
 		t.Errorf("%d leader checks for one batch, want 1", checks)
+	}
+}
+
+// TestRenew_SignsEveryRenewalThatAsks: more renewals than one signature
+// covers each get a sequencer that verifies.
+func TestRenew_SignsEveryRenewalThatAsks(t *testing.T) {
+	t.Parallel()
+	s := openInProcess(t)
+	var rs []Renewal
+	for i := range sequencer.MaxBatch + 2 {
+		g, err := s.Acquire(t.Context(), AcquireRequest{Name: fencelock.LockName(fmt.Sprintf("s/%d", i)), TTL: time.Minute, NoSequencer: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, Renewal{Name: g.Name, LeaseID: g.LeaseID, Token: g.Token, Sign: true})
+	}
+	s.Renew(t.Context(), rs)
+	v := s.Verifier()
+	for _, r := range rs {
+		if _, err := v.VerifyWrite(r.Sequencer, r.Name, r.Token); r.Err != nil || err != nil {
+			t.Fatalf("renewal of %s: %v; its sequencer: %v", r.Name, r.Err, err)
+		}
 	}
 }

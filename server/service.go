@@ -271,19 +271,22 @@ func validateGrantRef(name fencelock.LockName, id fencelock.LeaseID, token fence
 }
 
 // Renewal is one grant to renew and, once Renew returns, its outcome: the
-// TTL its lease was extended by, or Err.
+// TTL its lease was extended by and, if Sign, a new sequencer; or Err.
 type Renewal struct {
 	Name    fencelock.LockName
 	LeaseID fencelock.LeaseID
 	Token   fencelock.Token
+	Sign    bool // a new sequencer is wanted
 
-	TTL time.Duration
-	Err error
+	TTL       time.Duration
+	Sequencer string // "" before the cluster has a key
+	Err       error
 }
 
-// Renew extends each grant's lease by its TTL, setting its TTL or Err. It
-// writes nothing to disk; one check that this node still leads (a
-// heartbeat round) serves them all. Errors: ErrNotHolder (not the current
+// Renew extends each grant's lease by its TTL, setting its TTL (and
+// Sequencer) or Err. It writes nothing to disk; one check that this node
+// still leads serves them all, and one signature up to
+// sequencer.MaxBatch sequencers. Errors: ErrNotHolder (not the current
 // grant), ErrLeaseExpired (the lease ran out first), ErrPermissionDenied
 // (another identity's grant), ErrNotLeader, ErrUnavailable (ctx ended
 // first), invalid input.
@@ -291,7 +294,7 @@ func (s *Server) Renew(ctx context.Context, rs []Renewal) {
 	checked := false
 	for i := range rs {
 		r := &rs[i]
-		r.TTL, r.Err = 0, validateGrantRef(r.Name, r.LeaseID, r.Token)
+		r.TTL, r.Sequencer, r.Err = 0, "", validateGrantRef(r.Name, r.LeaseID, r.Token)
 		if r.Err == nil {
 			if err := s.allow(ctx, acl.Lock, r.Name); err != nil {
 				r.Err = fmt.Errorf("renew: %w", err)
@@ -314,14 +317,15 @@ func (s *Server) Renew(ctx context.Context, rs []Renewal) {
 			r.TTL, r.Err = s.renew(r.Name, r.LeaseID, r.Token, owner, now)
 		}
 	}
+	s.signRenewals(rs)
 }
 
 // checkLeader confirms that this node still leads with a heartbeat round
-// that starts after the call. Errors: ErrNotLeader, ErrUnavailable (ctx
-// ended first).
+// that starts after the call. Errors: ctx's (it had ended), ErrNotLeader,
+// ErrUnavailable (ctx ended during the check).
 func (s *Server) checkLeader(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+		return err // the caller is gone: nothing was asked of the cluster
 	}
 	if err := s.leaderCheck.check(ctx); err != nil {
 		if ctx.Err() != nil {

@@ -142,7 +142,8 @@ type SessionRequest struct {
 	Calls []*Call                `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
 	// Calls whose callers gave up: each ends as a unary call whose client
 	// went away, and is answered through its own id. A renewal is not cut
-	// short: the node answers it within one heartbeat round.
+	// short: the node answers it after its leader check (a heartbeat round
+	// or two).
 	Cancel []uint64 `protobuf:"varint,2,rep,packed,name=cancel,proto3" json:"cancel,omitempty"`
 	// Asks the node to answer at once with a message whose pong is set: how
 	// a client with calls out finds a node that stopped answering.
