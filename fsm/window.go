@@ -69,15 +69,25 @@ func (w *window) at(seq uint64) *slot { return &w.slots[seq-w.first] }
 
 // find returns key's slot and its sequence number.
 func (w *window) find(key string) (*slot, uint64, bool) {
-	if seq, ok := w.index[w.hash(w.seed, key)]; ok {
+	s, seq, ok, _ := w.findHashed(key, w.hash(w.seed, key))
+	return s, seq, ok
+}
+
+// findHashed is find of key whose hash is h; other reports that h stands
+// for another key in the window.
+func (w *window) findHashed(key string, h uint64) (s *slot, seq uint64, ok, other bool) {
+	seq, other = w.index[h]
+	if other {
 		if s := w.at(seq); string(keyOf(w.bytes, w.off, s)) == key {
-			return s, seq, true
+			return s, seq, true, false
 		}
 	}
-	if seq, ok := w.clash[key]; ok {
-		return w.at(seq), seq, true
+	if len(w.clash) > 0 {
+		if seq, ok := w.clash[key]; ok {
+			return w.at(seq), seq, true, other
+		}
 	}
-	return nil, 0, false
+	return nil, 0, false, other
 }
 
 // lookup returns the token recorded for key, if key is in the window with
@@ -93,18 +103,24 @@ func (w *window) lookup(key, name string) (token uint64, ok bool) {
 // forget removes key from the window (a snapshot taken before still holds
 // it) and reports whether it was there.
 func (w *window) forget(key string) bool {
-	s, seq, ok := w.find(key)
-	if !ok {
-		return false
+	h := w.hash(w.seed, key)
+	s, seq, ok, _ := w.findHashed(key, h)
+	if ok {
+		w.drop(key, h, s, seq)
 	}
-	w.drops++
-	atomic.StoreUint64(&s.died, w.drops)
-	w.unindex(key, seq)
-	return true
+	return ok
 }
 
-func (w *window) unindex(key string, seq uint64) {
-	if h := w.hash(w.seed, key); w.index[h] == seq && w.taken(h) {
+// drop marks slot s (of key, hash h, sequence number seq) died and takes
+// key out of the index.
+func (w *window) drop(key string, h uint64, s *slot, seq uint64) {
+	w.drops++
+	atomic.StoreUint64(&s.died, w.drops)
+	w.unindex(key, h, seq)
+}
+
+func (w *window) unindex(key string, h, seq uint64) {
+	if got, ok := w.index[h]; ok && got == seq {
 		delete(w.index, h)
 		return
 	}
@@ -114,22 +130,20 @@ func (w *window) unindex(key string, seq uint64) {
 // put records key's outcome at command time now, replacing any earlier one.
 // Times must not go back (prune cuts from the front).
 func (w *window) put(key, name string, token uint64, now int64) {
-	w.forget(key)
+	h := w.hash(w.seed, key)
+	s, seq, ok, other := w.findHashed(key, h)
+	if ok {
+		w.drop(key, h, s, seq)
+	}
 	at := w.off + uint64(len(w.bytes))
 	w.bytes = append(append(w.bytes, key...), name...)
 	w.slots = append(w.slots, slot{at: at, keyLen: uint32(len(key)), nameLen: uint32(len(name)), token: token, now: now})
-	seq := w.first + uint64(len(w.slots)) - 1
-	if h := w.hash(w.seed, key); !w.taken(h) {
+	seq = w.first + uint64(len(w.slots)) - 1
+	if !other {
 		w.index[h] = seq
 	} else {
 		w.clash[key] = seq
 	}
-}
-
-// taken reports whether hash h already stands for a key in the window.
-func (w *window) taken(h uint64) bool {
-	_, ok := w.index[h]
-	return ok
 }
 
 // prune forgets the keys recorded before cut.
@@ -141,7 +155,8 @@ func (w *window) prune(cut int64) {
 		if atomic.LoadUint64(&s.died) == 0 {
 			// No drop mark: a snapshot taken earlier holds this slot in
 			// its part of the slice, which pruning only cuts off ours.
-			w.unindex(string(keyOf(w.bytes, w.off, s)), seq)
+			key := string(keyOf(w.bytes, w.off, s))
+			w.unindex(key, w.hash(w.seed, key), seq)
 		}
 		n++
 	}
