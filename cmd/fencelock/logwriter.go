@@ -2,11 +2,12 @@ package main
 
 import (
 	"io"
+	"runtime"
 	"sync"
 )
 
 // lineWriter hands each write (a log line) to a goroutine that writes to
-// w, as one write, what has come together meanwhile. A node logs a grant
+// w, as one write, what has come together meanwhile (it yields once first). A node logs a grant
 // from the goroutine that applies Raft's entries: there a line costs a
 // copy, not a system call, and under load many lines share one. Nothing is
 // dropped: a writer waits while maxQueued lines are queued. After Close,
@@ -59,6 +60,7 @@ func (lw *lineWriter) run() {
 	var buf []byte
 	for line := range lw.lines {
 		buf = append(buf[:0], line...)
+		runtime.Gosched() // the goroutines that can run now queue their lines: one write
 	more:
 		for len(buf) < maxWriteBytes {
 			select {
