@@ -1,9 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -49,5 +54,53 @@ func TestRefused_CallerGoneIsNoRefusal(t *testing.T) {
 	s.Refused("Acquire", fmt.Errorf("bad: %w", fencelock.ErrInvalidArgument))
 	if got := s.events.recent(); len(got) != before+1 || got[0].Kind != "refusal" {
 		t.Errorf("a refusal made events %+v, want one refusal", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRecord_AuditLinesNameTheGrantNotItsSecrets: a grant and its release
+// are audit lines at level info with the kind, lock and token, and never
+// the lease id or request id.
+func TestRecord_AuditLinesNameTheGrantNotItsSecrets(t *testing.T) {
+	t.Parallel()
+	var out syncBuffer
+	s := openInProcessWith(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&out, nil)) })
+	g, err := s.Acquire(t.Context(), AcquireRequest{Name: "audited", RequestID: "rid-secret", Holder: "worker-7", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(t.Context(), g.Name, g.LeaseID, g.Token); err != nil {
+		t.Fatal(err)
+	}
+	log := out.String()
+	for _, want := range []string{
+		fmt.Sprintf("level=INFO msg=audit kind=grant lock=audited token=%d holder=worker-7", g.Token),
+		fmt.Sprintf("level=INFO msg=audit kind=release lock=audited token=%d", g.Token),
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log without %q:\n%s", want, log)
+		}
+	}
+	for _, secret := range []string{string(g.LeaseID), "rid-secret"} {
+		if strings.Contains(log, secret) {
+			t.Errorf("the log holds %q:\n%s", secret, log)
+		}
 	}
 }
