@@ -128,15 +128,9 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	if s.replayTo, err = store.LastIndex(); err != nil {
 		return fail(fmt.Errorf("read the raft log's last index: %w", err))
 	}
-	// The recent entries stay in memory: the leader sends them to its
-	// followers, and a follower applies them, without reading them back.
-	logs, err := raft.NewLogCache(logCacheEntries, store)
+	r, err := s.newRaft(rc, store, snaps, trans)
 	if err != nil {
 		return fail(err)
-	}
-	r, err := raft.NewRaft(rc, s.fsm, logs, store, snaps, trans)
-	if err != nil {
-		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	s.raft = r
 	s.peers.raft.Store(r)
@@ -152,6 +146,21 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 		go s.registerLoop()
 	}
 	return s, nil
+}
+
+// newRaft starts Raft on the node's storage. The latest logCacheEntries
+// entries stay in memory: the leader sends them to its followers, and a
+// follower applies them, without reading them back.
+func (s *Server) newRaft(rc *raft.Config, store *raftStore, snaps raft.SnapshotStore, trans raft.Transport) (*raft.Raft, error) {
+	logs, err := raft.NewLogCache(logCacheEntries, store)
+	if err != nil {
+		return nil, err
+	}
+	r, err := raft.NewRaft(rc, s.fsm, logs, store, snaps, trans)
+	if err != nil {
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	return r, nil
 }
 
 // rpcTimeout bounds a Raft RPC, its reply included: a reply that has not
