@@ -143,12 +143,14 @@ func (s *Server) Sequence(name fencelock.LockName, token fencelock.Token, lease 
 	if sg == nil {
 		return "", ""
 	}
-	r := &signRequest{key: sg.key, text: make(chan string, 1), seq: s.proof(sg, name, token, lease, ttl, time.Now())}
-	return s.toSign.sign(r), sg.clusterID
+	seq, _ := s.proof(sg, name, token, lease, ttl, time.Now())
+	return s.toSign.sign(&signRequest{key: sg.key, text: make(chan string, 1), seq: seq}), sg.clusterID
 }
 
 // signRenewals signs a new sequencer for each renewal of rs that asks for
-// one and was renewed, under one signature per sequencer.MaxBatch of them.
+// one and whose lease the lease table still holds: one alone in a batch
+// with the sequencers asked for meanwhile (signQueue), more under one
+// signature per sequencer.MaxBatch of them.
 func (s *Server) signRenewals(rs []Renewal) {
 	sg := s.signers.get(s.fsm)
 	if sg == nil {
@@ -158,10 +160,17 @@ func (s *Server) signRenewals(rs []Renewal) {
 	var seqs []sequencer.Sequencer
 	var of []int // the renewal of each of seqs
 	for i, r := range rs {
-		if r.Sign && r.Err == nil {
-			seqs = append(seqs, s.proof(sg, r.Name, r.Token, r.LeaseID, r.TTL, now))
+		if !r.Sign || r.Err != nil {
+			continue
+		}
+		if seq, ok := s.proof(sg, r.Name, r.Token, r.LeaseID, r.TTL, now); ok { // else the lease ended since
+			seqs = append(seqs, seq)
 			of = append(of, i)
 		}
+	}
+	if len(seqs) == 1 {
+		rs[of[0]].Sequencer = s.toSign.sign(&signRequest{key: sg.key, text: make(chan string, 1), seq: seqs[0]})
+		return
 	}
 	for len(seqs) > 0 {
 		n := min(len(seqs), sequencer.MaxBatch)
@@ -174,14 +183,14 @@ func (s *Server) signRenewals(rs []Renewal) {
 
 // proof is the sequencer of a grant or renewal, issued now. Its lease end
 // is the lease table's deadline for the grant (now + ttl if the table has
-// none), never later than the lease really ends.
-func (s *Server) proof(sg *signer, name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration, now time.Time) sequencer.Sequencer {
+// none: ok is then false), never later than the lease really ends.
+func (s *Server) proof(sg *signer, name fencelock.LockName, token fencelock.Token, lease fencelock.LeaseID, ttl time.Duration, now time.Time) (seq sequencer.Sequencer, ok bool) {
 	end, ok := s.leases.expiry(name, token)
 	if !ok || end.After(now.Add(ttl)) {
 		end = now.Add(ttl)
 	}
 	return sequencer.Sequencer{Lock: name, Token: token, ClusterID: sg.clusterID, KeyID: sg.keyID,
-		LeaseHash: sequencer.LeaseHash(lease), Issued: now, LeaseEnd: end}
+		LeaseHash: sequencer.LeaseHash(lease), Issued: now, LeaseEnd: end}, ok
 }
 
 // Verifier returns a sequencer.Verifier that trusts the cluster's keys.

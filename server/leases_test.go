@@ -113,8 +113,9 @@ func TestRenew_EachGrantItsOwnOutcome(t *testing.T) {
 	if rs[3].Err != nil || rs[3].TTL != 2*time.Minute {
 		t.Errorf("held grant b: ttl %v, %v; want 2m, no error", rs[3].TTL, rs[3].Err)
 	}
-	if seq, err := s.Verifier().VerifyWrite(rs[3].Sequencer, b.Name, b.Token); err != nil || !seq.LeaseEnd.After(time.Now().Add(time.Minute)) {
-		t.Errorf("grant b's new sequencer: %+v, %v; want one that verifies, for its renewed lease", seq, err)
+	end, _ := s.leases.expiry(b.Name, b.Token)
+	if seq, err := s.Verifier().VerifyWrite(rs[3].Sequencer, b.Name, b.Token); err != nil || !seq.LeaseEnd.After(time.Now().Add(time.Minute)) || seq.LeaseEnd.After(end) {
+		t.Errorf("grant b's new sequencer: %+v, %v; want one that verifies, for its renewed lease, ending by %v", seq, err, end)
 	}
 	if rs[0].Sequencer != "" {
 		t.Errorf("grant a, renewed without Sign, got a sequencer")
@@ -140,8 +141,39 @@ func TestRenew_SignsEveryRenewalThatAsks(t *testing.T) {
 	s.Renew(t.Context(), rs)
 	v := s.Verifier()
 	for _, r := range rs {
-		if _, err := v.VerifyWrite(r.Sequencer, r.Name, r.Token); r.Err != nil || err != nil {
+		seq, err := v.VerifyWrite(r.Sequencer, r.Name, r.Token)
+		if r.Err != nil || err != nil {
 			t.Fatalf("renewal of %s: %v; its sequencer: %v", r.Name, r.Err, err)
+		}
+		if end, _ := s.leases.expiry(r.Name, r.Token); seq.LeaseEnd.After(end) {
+			t.Fatalf("renewal of %s: its sequencer ends at %v, after its lease (%v)", r.Name, seq.LeaseEnd, end)
+		}
+	}
+}
+
+// TestRenew_NoSequencerOnceTheLeaseEnded: a renewal whose lease ended
+// between its renewal and its signature gets no sequencer, rather than one
+// whose lease end is later than the lease's.
+func TestRenew_NoSequencerOnceTheLeaseEnded(t *testing.T) {
+	t.Parallel()
+	s := openInProcess(t)
+	g, err := s.Acquire(t.Context(), AcquireRequest{Name: "gone", TTL: time.Minute, NoSequencer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(t.Context(), g.Name, g.LeaseID, g.Token); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, 2} { // one alone, and a batch
+		rs := make([]Renewal, n)
+		for i := range rs {
+			rs[i] = Renewal{Name: g.Name, LeaseID: g.LeaseID, Token: g.Token, Sign: true, TTL: time.Minute}
+		}
+		s.signRenewals(rs) // as if renewed just before the release
+		for _, r := range rs {
+			if r.Sequencer != "" {
+				t.Fatalf("a renewal of an ended lease (batch of %d) got a sequencer", n)
+			}
 		}
 	}
 }

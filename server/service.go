@@ -289,7 +289,8 @@ type Renewal struct {
 // sequencer.MaxBatch sequencers. Errors: ErrNotHolder (not the current
 // grant), ErrLeaseExpired (the lease ran out first), ErrPermissionDenied
 // (another identity's grant), ErrNotLeader, ErrUnavailable (ctx ended
-// first), invalid input.
+// during the check), ctx's error (it had ended before), invalid input. A
+// renewal whose lease ends before it is signed gets no Sequencer.
 func (s *Server) Renew(ctx context.Context, rs []Renewal) {
 	checked := false
 	for i := range rs {
