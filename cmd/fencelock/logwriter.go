@@ -8,11 +8,10 @@ import (
 
 // lineWriter hands each write (a log line) to a goroutine that writes to
 // w, as one write, what has come together meanwhile (it yields once
-// first). A node logs a grant
-// from the goroutine that applies Raft's entries: there a line costs a
-// copy, not a system call, and under load many lines share one. Nothing is
-// dropped: a writer waits while maxQueued lines are queued. After Close,
-// writes go straight to w.
+// first). A node logs a grant from the goroutine that applies Raft's
+// entries: there a line costs a copy, not a system call, and under load
+// many lines share one. Nothing is dropped: a writer waits while
+// maxQueued lines are queued. After Close, writes go straight to w.
 type lineWriter struct {
 	w     io.Writer
 	lines chan []byte
