@@ -1,18 +1,17 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/testproc"
 )
 
 func TestEvents_KeepTheNewestBounded(t *testing.T) {
@@ -57,30 +56,12 @@ func TestRefused_CallerGoneIsNoRefusal(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRecord_AuditLinesNameTheGrantNotItsSecrets: a grant and its release
 // are audit lines at level info with the kind, lock and token, and never
 // the lease id or request id.
 func TestRecord_AuditLinesNameTheGrantNotItsSecrets(t *testing.T) {
 	t.Parallel()
-	var out syncBuffer
+	var out testproc.SyncBuffer
 	s := openInProcessWith(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&out, nil)) })
 	g, err := s.Acquire(t.Context(), AcquireRequest{Name: "audited", RequestID: "rid-secret", Holder: "worker-7", TTL: time.Minute})
 	if err != nil {

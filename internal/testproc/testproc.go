@@ -116,22 +116,23 @@ type Server struct {
 	// Follower: Start waits only for /healthz, not for this node to lead.
 	Follower bool
 	cmd      *exec.Cmd
-	log      *syncBuffer // every run's output, across restarts
+	log      *SyncBuffer // every run's output, across restarts
 }
 
-// syncBuffer is a bytes.Buffer safe for the process's writers and Log.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent writers and readers:
+// a process's output, a logger's.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
@@ -159,7 +160,7 @@ func (s *Server) Start() {
 	args := append([]string{"serve", "--listen", s.Addr, "--raft-addr", s.RaftAddr,
 		"--data-dir", s.DataDir, "--log-level", "debug"}, s.Args...)
 	if s.log == nil {
-		s.log = new(syncBuffer)
+		s.log = new(SyncBuffer)
 	}
 	s.cmd = exec.Command(Binary(s.tb), args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
