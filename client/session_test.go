@@ -225,21 +225,28 @@ func (e *echoCarrier) Receive() (*fencelockv1.SessionResponse, error) { return <
 func (e *echoCarrier) CloseRequest() error                            { return nil }
 func (e *echoCarrier) CloseResponse() error                           { return nil }
 
+// nodeOver is a session node whose stream runs over carrier b with at most
+// maxOut calls out; the stream fails when the test ends.
+func nodeOver(t *testing.T, b carrier, maxOut int) (*sessionNode, *stream) {
+	n := newSessionNode(newConnectNode(http.DefaultClient, "http://127.0.0.1:1"), func() {}, newWSDialer("http://127.0.0.1:1", nil, ""))
+	st := &stream{bidi: b, cancel: func() {}, wake: make(chan struct{}, 1), dead: make(chan struct{}),
+		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: maxOut}
+	st.timer = time.AfterFunc(time.Hour, st.watch)
+	st.timer.Stop()
+	n.cur = st
+	go st.write()
+	go st.read()
+	t.Cleanup(func() { st.fail(errors.New("test over")) })
+	return n, st
+}
+
 // The client has at most maxOut calls out on a stream (the node refuses
 // calls past wire.MaxSessionCalls, and ends a stream with twice as many);
 // the others go out as answers come back, and all are answered.
 func TestSession_AtMostMaxOutCallsOut(t *testing.T) {
 	t.Parallel()
 	e := &echoCarrier{answers: make(chan *fencelockv1.SessionResponse, 100)}
-	n := newSessionNode(newConnectNode(http.DefaultClient, "http://127.0.0.1:1"), func() {}, newWSDialer("http://127.0.0.1:1", nil, ""))
-	st := &stream{bidi: e, cancel: func() {}, wake: make(chan struct{}, 1), dead: make(chan struct{}),
-		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: 8}
-	st.timer = time.AfterFunc(time.Hour, st.watch)
-	st.timer.Stop()
-	n.cur = st
-	go st.write()
-	go st.read()
-	defer st.fail(errors.New("test over"))
+	n, _ := nodeOver(t, e, 8)
 	var wg sync.WaitGroup
 	var failed atomic.Int32
 	for range 50 {
@@ -283,15 +290,7 @@ func TestSession_ACallHeldBackDoesNotSilenceItsNode(t *testing.T) {
 	t.Parallel()
 	carrier := &silentCarrier{closed: make(chan struct{})}
 	defer close(carrier.closed)
-	n := newSessionNode(newConnectNode(http.DefaultClient, "http://127.0.0.1:1"), func() {}, newWSDialer("http://127.0.0.1:1", nil, ""))
-	st := &stream{bidi: carrier, cancel: func() {}, wake: make(chan struct{}, 1), dead: make(chan struct{}),
-		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: 1}
-	st.timer = time.AfterFunc(time.Hour, st.watch)
-	st.timer.Stop()
-	n.cur = st
-	go st.write()
-	go st.read()
-	defer st.fail(errors.New("test over"))
+	n, st := nodeOver(t, carrier, 1)
 
 	c := &Client{cfg: Config{AttemptTimeout: 300 * time.Millisecond, SilentFor: time.Minute}}
 	release := func(ctx context.Context, _ *endpoint) error {
