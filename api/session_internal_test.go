@@ -279,6 +279,25 @@ func (f *funcStream) Receive() (*fencelockv1.SessionRequest, error) {
 
 func (f *funcStream) Send(m *fencelockv1.SessionResponse) error { return f.send(m) }
 
+// serve serves a Session on n whose messages come from in; it returns the
+// channel its results go to (a nil for each pong), and each send then
+// sleeps for pause.
+func serve(t *testing.T, n node, in chan *fencelockv1.SessionRequest, pause time.Duration) <-chan *fencelockv1.Result {
+	got := make(chan *fencelockv1.Result, 100)
+	st := &funcStream{in: in, send: func(m *fencelockv1.SessionResponse) error {
+		for _, r := range m.Results {
+			got <- r
+		}
+		if m.Pong {
+			got <- nil
+		}
+		time.Sleep(pause)
+		return nil
+	}}
+	go func() { _ = serveSession(context.Background(), n, testWorkers(t), st) }()
+	return got
+}
+
 // bigAnswers returns a Session server whose renewals are answered with
 // 8 KB errors, whose sends may take 300 ms, and which tells ended when a
 // stream's handler returns.
@@ -625,15 +644,7 @@ func TestSession_ClientAtTheBoundIsNotRefused(t *testing.T) {
 	n := &countingNode{stalledNode: stalledNode{raft: make(chan struct{})}, msg: "renewed"}
 	defer close(n.raft)
 	in := make(chan *fencelockv1.SessionRequest, 10)
-	got := make(chan *fencelockv1.Result, 100)
-	st := &funcStream{in: in, send: func(m *fencelockv1.SessionResponse) error {
-		for _, r := range m.Results {
-			got <- r
-		}
-		time.Sleep(100 * time.Millisecond) // the sender is descheduled after its write
-		return nil
-	}}
-	go func() { _ = serveSession(context.Background(), n, testWorkers(t), st) }()
+	got := serve(t, n, in, 100*time.Millisecond) // the sender is descheduled after its write
 	defer close(in)
 	var calls []*fencelockv1.Call
 	for i := range maxSessionCalls - 1 { // long waits
@@ -709,17 +720,7 @@ func TestSession_RenewalsOfAMessageGoTogether(t *testing.T) {
 	n := &batchNode{stalledNode: stalledNode{raft: make(chan struct{})}, batches: make(chan int, 10), proceed: make(chan struct{})}
 	defer close(n.raft)
 	in := make(chan *fencelockv1.SessionRequest, 10)
-	got := make(chan *fencelockv1.Result, 100)
-	st := &funcStream{in: in, send: func(m *fencelockv1.SessionResponse) error {
-		for _, r := range m.Results {
-			got <- r
-		}
-		if m.Pong {
-			got <- nil
-		}
-		return nil
-	}}
-	go func() { _ = serveSession(context.Background(), n, testWorkers(t), st) }()
+	got := serve(t, n, in, 0)
 	defer close(in)
 	calls := []*fencelockv1.Call{{Id: 1, Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{Name: "w", Ttl: durationpb.New(time.Minute)}}}}
 	for id := uint64(2); id <= 4; id++ {
@@ -775,14 +776,7 @@ func TestSession_RenewalsGoFirstAndPastTheBoundAreRefused(t *testing.T) {
 	n := &stalledNode{raft: make(chan struct{})}
 	defer close(n.raft)
 	in := make(chan *fencelockv1.SessionRequest, 10)
-	got := make(chan *fencelockv1.Result, 100)
-	st := &funcStream{in: in, send: func(m *fencelockv1.SessionResponse) error {
-		for _, r := range m.Results {
-			got <- r
-		}
-		return nil
-	}}
-	go func() { _ = serveSession(context.Background(), n, testWorkers(t), st) }()
+	got := serve(t, n, in, 0)
 	defer close(in)
 	acquire := func(id uint64) *fencelockv1.Call {
 		return &fencelockv1.Call{Id: id, Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{
