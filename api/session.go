@@ -43,9 +43,9 @@ const maxResults = 256
 // Session runs the calls of one stream, each in a goroutine of its own as
 // the unary method would; the renewals of one message run together, on
 // one. A call ends when its caller cancels it (a renewal is answered
-// after its leader check) or the stream breaks. Results that are ready together go out in one message. A
-// stream the client closes cleanly (io.EOF) still gets the answers of its
-// calls under way.
+// after its leader check) or the stream breaks. Results that are ready
+// together go out in one message. A stream the client closes cleanly
+// (io.EOF) still gets the answers of its calls under way.
 func (a *lockAPI) Session(ctx context.Context, st *connect.BidiStream[fencelockv1.SessionRequest, fencelockv1.SessionResponse]) error {
 	return serveSession(ctx, a.s, a.workers, newH2Stream(ctx, st, defaultWSPing.after+defaultWSPing.timeout))
 }
@@ -268,15 +268,12 @@ func (ss *session) renew(cs []*fencelockv1.Call) error {
 	}
 	n := int64(len(cs))
 	ss.mu.Lock()
-	if ss.closed {
+	active, err := ss.admit(n)
+	if err != nil {
 		ss.mu.Unlock()
-		return context.Canceled
+		return err
 	}
-	if ss.active.Load()+n > 2*maxSessionCalls {
-		ss.mu.Unlock()
-		return errTooManyCalls
-	}
-	over := min(max(ss.active.Add(n)-maxSessionCalls, 0), n)
+	over := min(max(active-maxSessionCalls, 0), n) // the last over are refused
 	ss.wg.Add(1)
 	ss.mu.Unlock()
 	ss.workers.run(func() {
@@ -308,19 +305,28 @@ func (ss *session) renewed(cs, refused []*fencelockv1.Call) []*fencelockv1.Resul
 	return answers
 }
 
+// admit counts n more calls on the stream, under ss.mu, and returns how
+// many it has now. context.Canceled: the stream is ending;
+// errTooManyCalls: it must end (its client does not read its answers).
+func (ss *session) admit(n int64) (int64, error) {
+	if ss.closed {
+		return 0, context.Canceled
+	}
+	if ss.active.Load()+n > 2*maxSessionCalls {
+		return 0, errTooManyCalls
+	}
+	return ss.active.Add(n), nil
+}
+
 // start runs call c, or refuses it at once if its id runs already or the
 // stream has too many calls. errTooManyCalls: the stream must end.
 func (ss *session) start(c *fencelockv1.Call) error {
 	ss.mu.Lock()
-	if ss.closed {
+	active, err := ss.admit(1)
+	if err != nil {
 		ss.mu.Unlock()
-		return context.Canceled
+		return err
 	}
-	if ss.active.Load() >= 2*maxSessionCalls {
-		ss.mu.Unlock()
-		return errTooManyCalls
-	}
-	active := ss.active.Add(1)
 	var refusal error
 	if _, dup := ss.calls[c.Id]; dup {
 		refusal = fmt.Errorf("call id %d is running on this stream: %w", c.Id, fencelock.ErrInvalidArgument)
