@@ -238,18 +238,19 @@ func (ss *session) read(ctx context.Context, st sessionStream) error {
 			}
 		}
 		ss.mu.Unlock()
-		var renewals, others []*fencelockv1.Call
+		var renewals []*fencelockv1.Call
 		for _, c := range m.Calls {
 			if c.GetRenew() != nil {
 				renewals = append(renewals, c)
-			} else {
-				others = append(others, c)
 			}
 		}
 		if err := ss.renew(renewals); err != nil { // first: they keep leases alive
 			return err
 		}
-		for _, c := range others {
+		for _, c := range m.Calls {
+			if c.GetRenew() != nil {
+				continue
+			}
 			if err := ss.start(c); err != nil {
 				return err
 			}
