@@ -73,6 +73,8 @@ func (p *probe) since(t time.Time, limit time.Duration) (n int, worst time.Durat
 // within 15 s no waiter is left, the holder's release grants the lock to
 // nobody dead, and an unrelated lock keeps answering within 1 s
 // throughout: while the waits arrive, are queued, killed and taken back.
+// scripts/test.sh runs it alone: beside other packages' tests on two cores
+// the node's processor is not its own.
 func TestServer_WaitsOfKilledClientsAreTakenBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("40,000 waits: not in -short")
