@@ -37,6 +37,7 @@ func (b *hb) final(lock string, list ...string) *hb {
 }
 
 func TestCheckTokens(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		h    *hb
@@ -66,6 +67,7 @@ func TestCheckTokens(t *testing.T) {
 }
 
 func TestCheckStore(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		h    *hb
@@ -98,6 +100,7 @@ func TestCheckStore(t *testing.T) {
 }
 
 func TestCheckLinearizable(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		h    *hb

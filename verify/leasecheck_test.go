@@ -22,6 +22,7 @@ func (b *hb) released(p int, lock string, tok uint64, end LeaseEnd) *hb {
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
 func TestCheckLeases(t *testing.T) {
+	t.Parallel()
 	released := LeaseEnd{Alive: ms(10), CtxAlive: ms(10), Done: ms(11), Deadline: ms(900), Cause: "released"}
 	expired := LeaseEnd{Alive: ms(895), CtxAlive: ms(898), Done: ms(901), Deadline: ms(900), Cause: "lease_expired"}
 	tests := []struct {
@@ -69,6 +70,7 @@ func TestCheckLeases(t *testing.T) {
 // TestCheckLeases_counts: the check counts the hand-overs it checked, those
 // after a lost lease, and the ones it could not check.
 func TestCheckLeases_counts(t *testing.T) {
+	t.Parallel()
 	expired := LeaseEnd{Alive: ms(895), CtxAlive: ms(895), Done: ms(901), Deadline: ms(900), Cause: "lease_expired"}
 	h := new(hb).
 		granted(1, "a", 4, ms(1)).
@@ -94,6 +96,7 @@ func TestCheckLeases_counts(t *testing.T) {
 // TestScenario_Bit_handovers: a run that checked too few lease hand-overs
 // did not test the lease claim, and its faults-bit says so.
 func TestScenario_Bit_handovers(t *testing.T) {
+	t.Parallel()
 	sc, _ := Lookup("kill")
 	if c := sc.Bit(Result{Faults: 3, Grants: 300, LeaderChanges: 2, Handovers: minHandovers}); !c.Valid {
 		t.Errorf("faults-bit with %d hand-overs: %v, want valid", minHandovers, c.Problems)

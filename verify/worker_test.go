@@ -75,6 +75,7 @@ func startWorker(t *testing.T, setup string) (send func(line string) answer, got
 // caller's: the setup line's resource spec reaches it, and its refusals
 // come back as fail with the stale-token code.
 func TestRunWorker_customResource(t *testing.T) {
+	t.Parallel()
 	send, gotSpec := startWorker(t, `{"endpoints":["127.0.0.1:1"],"resource":"mem://orders","fencing":true,"op_timeout":1000000000}`)
 	if *gotSpec != "mem://orders" {
 		t.Errorf("OpenFunc got spec %q, want mem://orders", *gotSpec)
@@ -105,6 +106,7 @@ func TestRunWorker_customResource(t *testing.T) {
 // TestRunWorker_unfenced: with fencing off (the negative control) every
 // write is accepted, a stale one too.
 func TestRunWorker_unfenced(t *testing.T) {
+	t.Parallel()
 	send, _ := startWorker(t, `{"endpoints":["127.0.0.1:1"],"resource":"mem://x","fencing":false,"op_timeout":1000000000}`)
 	for i, req := range []string{
 		`{"id":1,"f":"write","lock":"d","token":5,"body":["a"]}`,
@@ -121,6 +123,7 @@ func TestRunWorker_unfenced(t *testing.T) {
 }
 
 func TestConfig_Validate(t *testing.T) {
+	t.Parallel()
 	base := verify.DefaultConfig()
 	base.Binary, base.OutDir = "/bin/fencelock", "/tmp/out"
 	tests := []struct {
@@ -158,6 +161,7 @@ func TestConfig_Validate(t *testing.T) {
 }
 
 func TestRedact(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ spec, want string }{
 		{"postgres://u:secret@h/db", "postgres://u:xxxxx@h/db"},
 		{"mysql://u:secret@tcp(h:3306)/db", "mysql://u:xxxxx@tcp(h:3306)/db"},

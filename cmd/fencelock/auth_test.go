@@ -29,6 +29,7 @@ import (
 // a caller what its policy says, on the Go client's stream and on the JSON
 // API, and refuses callers without a credential or the permission.
 func TestAuth_TokensAndPolicy(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, code := testproc.Run(ctx, t, nil, "token", "new", "billing")
@@ -88,6 +89,7 @@ func TestAuth_TokensAndPolicy(t *testing.T) {
 // another identity's request id; a certificate that names nobody is
 // refused.
 func TestAuth_CertificateIdentity(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	nodeCert := certsIn(t, dir, "node", "billing")
 	policy := filepath.Join(dir, "policy")
@@ -193,6 +195,7 @@ func signedCert(t *testing.T, dir, name string, tmpl *x509.Certificate) tlsconf.
 // audit trail, the Raft addresses in Status and the profiles need that
 // token.
 func TestAuth_AdminOnlySurfaces(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "admin-token")
 	if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {

@@ -65,6 +65,7 @@ func TestLock_PassesTokenAndRefusesSecondHolder(t *testing.T) {
 }
 
 func TestRun_HelpAndUsageErrors(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tests := []struct {
@@ -236,6 +237,7 @@ func running(pid int) bool {
 // TestServe_ProcsSetsGOMAXPROCS: serve runs Go code on --procs threads (Go's
 // default without it), as the Go runtime's own metric reports.
 func TestServe_ProcsSetsGOMAXPROCS(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -16,6 +16,7 @@ import (
 // Grafana dashboard or the alert rules under deploy/ name a fencelock_
 // metric that a node does not export.
 func TestDeploy_DashboardAndAlertsNameOnlyMetricsThatExist(t *testing.T) {
+	t.Parallel()
 	srv := testproc.StartServer(t)
 	// A refusal, so that the refusal counter has a series to export.
 	for i := 0; i < 2; i++ {

@@ -35,6 +35,7 @@ func (l *lockedBuffer) String() string {
 // arrive whole, each writer's in its order, also when the writers reuse
 // their buffers at once; and a line written after Close still arrives.
 func TestLineWriter_KeepsEveryLineInOrder(t *testing.T) {
+	t.Parallel()
 	out := &lockedBuffer{}
 	lw := newLineWriter(out)
 	const writers, lines = 8, 2000
@@ -82,6 +83,7 @@ func TestLineWriter_KeepsEveryLineInOrder(t *testing.T) {
 // wait once a write's worth of lines and the queue are full; every line
 // arrives once the output moves again.
 func TestLineWriter_WaitsRatherThanDrops(t *testing.T) {
+	t.Parallel()
 	out := &lockedBuffer{gate: make(chan struct{})}
 	lw := newLineWriter(out)
 	// The goroutine takes up to maxWriteBytes of lines for one write; the

@@ -106,6 +106,7 @@ func TestStatusAndReadyz_FollowReadinessAndExitCodes(t *testing.T) {
 }
 
 func TestVersion_PrintsTheBuildAndMetricsCarryIt(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out, code := testproc.Run(ctx, t, nil, "version")

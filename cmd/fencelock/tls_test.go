@@ -135,6 +135,7 @@ func TestTLS_RaftRefusesPeersWithoutTheClustersCertificate(t *testing.T) {
 // --client-cert-auth grants to a client with a certificate of the CA and
 // refuses one without.
 func TestTLS_APIWithClientCertificates(t *testing.T) {
+	t.Parallel()
 	f := devCerts(t)
 	addr, tc := startTLSNode(t, f, "--peer-cert-file", f.Cert, "--peer-key-file", f.Key, "--peer-trusted-ca-file", f.CA)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -156,6 +157,7 @@ func TestTLS_APIWithClientCertificates(t *testing.T) {
 // non-loopback address without TLS and client certificates exit 2 and say
 // why, unless --insecure.
 func TestTLS_RefusesToListenBeyondLoopbackUnprotected(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	for _, args := range [][]string{
 		{"serve", "--listen", "0.0.0.0:0", "--data-dir", t.TempDir()},
