@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/rawio"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
@@ -130,10 +131,11 @@ func HTTPServer(h http.Handler) *http.Server {
 // does not end it.
 const writeByteTimeout = 15 * time.Second
 
-// BufferReads returns ln whose connections read through a 16 KiB buffer.
-// Serve HTTPServer on it: net/http's HTTP/2 server reads each frame's
-// header and payload with a read of its own, and a buffer takes the frames
-// that have arrived in one.
+// BufferReads returns ln whose connections read through a 16 KiB buffer,
+// and read and write TCP with raw system calls (internal/rawio). Serve
+// HTTPServer on it: net/http's HTTP/2 server reads each frame's header and
+// payload with a read of its own, and a buffer takes the frames that have
+// arrived in one.
 func BufferReads(ln net.Listener) net.Listener { return bufferedListener{ln} }
 
 type bufferedListener struct{ net.Listener }
@@ -143,6 +145,7 @@ func (l bufferedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	c = rawio.Conn(c)
 	return &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, 16<<10)}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/internal/rawio"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 	"github.com/fencelock/fencelock/proto/fencelock/v1/fencelockv1connect"
@@ -59,8 +60,17 @@ const (
 // stream (one to a node the client left, or used for Describe and List).
 const idleConn = 30 * time.Second
 
+// dial opens a TCP connection to a node that reads and writes with raw
+// system calls (internal/rawio).
+func dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return rawio.Conn(c), nil
+}
+
 func newTransport(tlsConf *tls.Config) http.RoundTripper {
-	dial := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext
 	h2c := &http2.Transport{
 		AllowHTTP: true,
 		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -50,7 +49,7 @@ func newWSDialer(base string, tlsConf *tls.Config, token string) *wsDialer {
 		tc = tlsConf.Clone()
 		tc.NextProtos = []string{"http/1.1"}
 	}
-	d := &websocket.Dialer{NetDialContext: (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+	d := &websocket.Dialer{NetDialContext: dial,
 		TLSClientConfig: tc, HandshakeTimeout: 5 * time.Second, ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10}
 	h := http.Header{}
 	if token != "" {

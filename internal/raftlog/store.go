@@ -16,6 +16,8 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock/internal/rawio"
 	"golang.org/x/sys/unix"
 )
 
@@ -391,11 +393,11 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 			filled = fillTo
 		}
 	}
-	if _, err := g.f.WriteAt(buf, g.end); err != nil {
+	if err := rawio.Pwrite(g.f, buf, g.end); err != nil {
 		g.scrub(int64(len(buf)))
 		return s.fail(fmt.Errorf("raftlog: write %s: %w", g.f.Name(), err))
 	}
-	if err := fdatasync(g.f); err != nil {
+	if err := rawio.Fdatasync(g.f); err != nil {
 		g.scrub(int64(len(buf)))
 		return s.fail(fmt.Errorf("raftlog: sync %s: %w", g.f.Name(), err))
 	}
@@ -409,26 +411,6 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	s.last = logs[len(logs)-1].Index
 	s.mu.Unlock()
 	return nil
-}
-
-// fdatasync syncs f's data to the disk, keeping the calling goroutine's
-// thread and its Go scheduler slot (a raw system call, which Go's monitor
-// does not hand to another thread while it lasts). Every call waits for
-// this sync, so there is little for the slot to run meanwhile; handing it
-// over cost a thread wake-up and a move to another core per sync: on the
-// machine of docs/PERFORMANCE.md, 25 % of the node's CPU per pair at 64
-// clients. The price: while a sync lasts, the other goroutines of that
-// slot wait, and so does a garbage collection's stop of the world.
-func fdatasync(f *os.File) error {
-	for {
-		_, _, e := unix.RawSyscall(unix.SYS_FDATASYNC, f.Fd(), 0, 0)
-		if e != unix.EINTR {
-			if e != 0 {
-				return e
-			}
-			return nil
-		}
-	}
 }
 
 // scrub overwrites, as far as it can, the n bytes after g's end with

@@ -1,0 +1,32 @@
+//go:build !race
+
+package rawio
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// The system calls, raw. Under the race detector (sys_race.go) they are
+// Go's ordinary ones instead, whose reads and writes order the goroutines
+// that meet through them.
+
+func sysRead(fd uintptr, p []byte) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	return int(n), e
+}
+
+func sysWrite(fd uintptr, p []byte) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	return int(n), e
+}
+
+func sysPwrite(fd uintptr, p []byte, off int64) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall6(syscall.SYS_PWRITE64, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), uintptr(off), 0, 0)
+	return int(n), e
+}
+
+func sysFdatasync(fd uintptr) syscall.Errno {
+	_, _, e := syscall.RawSyscall(syscall.SYS_FDATASYNC, fd, 0, 0)
+	return e
+}

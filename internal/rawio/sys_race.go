@@ -1,0 +1,29 @@
+//go:build race
+
+package rawio
+
+import "syscall"
+
+func sysRead(fd uintptr, p []byte) (int, syscall.Errno) {
+	n, err := syscall.Read(int(fd), p)
+	return n, errno(err)
+}
+
+func sysWrite(fd uintptr, p []byte) (int, syscall.Errno) {
+	n, err := syscall.Write(int(fd), p)
+	return n, errno(err)
+}
+
+func sysPwrite(fd uintptr, p []byte, off int64) (int, syscall.Errno) {
+	n, err := syscall.Pwrite(int(fd), p, off)
+	return n, errno(err)
+}
+
+func sysFdatasync(fd uintptr) syscall.Errno { return errno(syscall.Fdatasync(int(fd))) }
+
+func errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	return err.(syscall.Errno)
+}
