@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/testproc"
 )
 
@@ -31,5 +33,21 @@ func TestOpen_DataDirInUse(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a second Open of a data dir in use still waits after 30s")
+	}
+}
+
+// A Raft address peers cannot reach (0.0.0.0) is refused with a typed
+// error before anything listens.
+func TestOpen_UnspecifiedRaftAddress(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.RaftAddr = "0.0.0.0:0"
+	s, err := Open(context.Background(), cfg)
+	if err == nil {
+		s.Close()
+	}
+	if !errors.Is(err, fencelock.ErrInvalidArgument) || !strings.Contains(err.Error(), "unspecified") {
+		t.Fatalf("Open with Raft address 0.0.0.0:0 = %v, want ErrInvalidArgument naming the unspecified address", err)
 	}
 }

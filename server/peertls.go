@@ -193,7 +193,7 @@ func (t *tlsStream) Addr() net.Addr { return t.addr }
 // Dial connects to a peer, completes the handshake within timeout and
 // checks the peer with the gate.
 func (t *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(address), timeout)
+	c, err := dialPeer(address, timeout)
 	if err != nil {
 		return nil, err
 	}

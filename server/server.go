@@ -20,6 +20,7 @@ import (
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/acl"
 	"github.com/fencelock/fencelock/fsm"
+	"github.com/fencelock/fencelock/internal/rawio"
 )
 
 // Server is one node of the lock service.
@@ -168,29 +169,52 @@ func (s *Server) newRaft(rc *raft.Config, store *raftStore, snaps raft.SnapshotS
 func rpcTimeout(cfg Config) time.Duration { return max(2*time.Second, 4*cfg.HeartbeatTimeout) }
 
 // openTransport listens on the node's Raft address; with PeerTLS, gate
-// says which peers may connect or be connected to.
+// says which peers may connect or be connected to. Raft's connections read
+// and write with raw system calls (internal/rawio).
 func openTransport(cfg Config, raftLog hclog.Logger, gate *peerGate) (*raft.NetworkTransport, error) {
 	addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
 	if err != nil {
 		return nil, fmt.Errorf("resolve raft address %q: %w", cfg.RaftAddr, err)
 	}
+	if addr.IP == nil || addr.IP.IsUnspecified() {
+		return nil, fmt.Errorf("raft address %q: peers cannot reach an unspecified address: %w", cfg.RaftAddr, fencelock.ErrInvalidArgument)
+	}
 	tc := &raft.NetworkTransportConfig{Logger: raftLog, MaxPool: 3, Timeout: rpcTimeout(cfg)}
 	if len(cfg.PeerAddrs) > 0 {
 		tc.ServerAddressProvider = peerAddrs(cfg.PeerAddrs)
-	}
-	if cfg.PeerTLS == nil {
-		trans, err := raft.NewTCPTransportWithConfig(cfg.RaftAddr, addr, tc)
-		if err != nil {
-			return nil, fmt.Errorf("listen on raft address %q: %w", cfg.RaftAddr, err)
-		}
-		return trans, nil
 	}
 	ln, err := net.Listen("tcp", cfg.RaftAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on raft address %q: %w", cfg.RaftAddr, err)
 	}
-	tc.Stream = newTLSStream(ln, addr, cfg.PeerTLS, gate, cfg.Logger)
+	ln = rawio.Listener(ln)
+	if cfg.PeerTLS == nil {
+		tc.Stream = tcpStream{Listener: ln, addr: addr}
+	} else {
+		tc.Stream = newTLSStream(ln, addr, cfg.PeerTLS, gate, cfg.Logger)
+	}
 	return raft.NewNetworkTransportWithConfig(tc), nil
+}
+
+// tcpStream is a raft.StreamLayer over plain TCP.
+type tcpStream struct {
+	net.Listener
+	addr net.Addr // advertised
+}
+
+func (s tcpStream) Addr() net.Addr { return s.addr }
+
+func (s tcpStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return dialPeer(address, timeout)
+}
+
+// dialPeer connects to a peer's Raft address.
+func dialPeer(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
+		return nil, err
+	}
+	return rawio.Conn(c), nil
 }
 
 // logCacheEntries is how many of the latest log entries a node keeps in
