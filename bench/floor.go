@@ -16,13 +16,16 @@ import (
 
 	"github.com/gorilla/websocket"
 	"golang.org/x/sys/unix"
+
+	"github.com/fencelock/fencelock/internal/rawio"
 )
 
 // FloorSystem is the floor: the least a lock service written in Go can
 // do per call on this machine, to tell what limits fencelock from what
 // limits any Go service. Its server (ServeFloor) keeps a lock table in
 // memory and writes every change to a log with one fdatasync per batch,
-// as fencelock's node does, over a WebSocket per client; it has no
+// as fencelock's node does, over a WebSocket per client, its sockets and
+// log written with raw system calls (internal/rawio) as the node's; it has no
 // consensus, no leases, no wait queue (a client that finds the lock held
 // retries, as Redis's recipe does), no protobuf, no authentication.
 const FloorSystem = "go-floor"
@@ -65,9 +68,9 @@ func ServeFloor(ln net.Listener, path string) error {
 		return fmt.Errorf("floor log: %w", err)
 	}
 	reqs := make(chan floorRequest, 1024)
-	go floorLog(fd, reqs)
+	go floorLog(os.NewFile(uintptr(fd), path), reqs)
 	up := websocket.Upgrader{}
-	return http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.Serve(rawio.Listener(ln), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -91,7 +94,7 @@ func ServeFloor(ln net.Listener, path string) error {
 // writes their changes with one pwrite and one fdatasync, then answers
 // them. Its batches are as large as fencelock's node makes its log
 // appends, so that the floor is one at many clients too.
-func floorLog(fd int, reqs <-chan floorRequest) {
+func floorLog(f *os.File, reqs <-chan floorRequest) {
 	type lock struct{ owner, token uint64 }
 	locks := map[string]*lock{}
 	var off int64
@@ -137,10 +140,10 @@ func floorLog(fd int, reqs <-chan floorRequest) {
 			if off+int64(len(buf)) > floorLogSize {
 				off = 0
 			}
-			if _, err := unix.Pwrite(fd, buf, off); err != nil {
+			if err := rawio.Pwrite(f, buf, off); err != nil {
 				fatal(err)
 			}
-			if err := unix.Fdatasync(fd); err != nil {
+			if err := rawio.Fdatasync(f); err != nil {
 				fatal(err)
 			}
 			off += int64(len(buf))
@@ -218,7 +221,14 @@ func (f *Floor) Name() string { return FloorSystem }
 func (f *Floor) Close() error { return nil }
 
 func (f *Floor) NewLocker(ctx context.Context, _ int) (Locker, error) {
-	c, _, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+f.addr+"/", nil)
+	d := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return rawio.Conn(c), nil
+	}}
+	c, _, err := d.DialContext(ctx, "ws://"+f.addr+"/", nil)
 	if err != nil {
 		return nil, fmt.Errorf("floor at %s: %w", f.addr, err)
 	}
