@@ -21,7 +21,8 @@ import (
 // a real "fencelock serve" process on loopback, fsync on, and reports the
 // pairs/s and the acquire latency percentiles. Compare the cells' pairs/s in
 // one run: 64 clients on their own locks should be several times one client
-// (Raft batches concurrent appends into few fsyncs).
+// (Raft batches concurrent appends into few fsyncs). The node runs as in
+// bench/: Go code on one thread, warnings only in its log.
 //
 //	go test -run '^$' -bench AcquireRelease -benchtime 3000x ./server/
 func BenchmarkAcquireRelease(b *testing.B) {
@@ -34,7 +35,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		{"clients=64/own-locks", 64, false},
 		{"clients=64/one-lock", 64, true},
 	}
-	srv := testproc.StartServer(b)
+	srv := testproc.StartServer(b, "--procs", "1", "--log-level", "warn")
 	for _, cell := range cells {
 		b.Run(cell.name, func(b *testing.B) {
 			c := newClient(b, srv.Addr)
