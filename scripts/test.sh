@@ -43,6 +43,10 @@ go test -race -count=1 -timeout 5m -run "$alone" "$@" ./server/
 # Under -race, rawio makes Go's ordinary system calls; its raw ones are
 # tested here (and used by every node process the tests start).
 go test -count=1 "$@" ./internal/rawio/
+# The Go client builds for macOS and Windows too (rawio leaves their
+# connections as they are).
+GOOS=darwin go build ./client/
+GOOS=windows go build ./client/
 echo "== python: pytest against real nodes, PostgreSQL and Redis" >&2
 py=/usr/bin/python3
 if ! "$py" -c 'import pytest, psycopg, psycopg2, redis' 2>/dev/null; then

@@ -16,30 +16,12 @@
 // other goroutines of its scheduler slot wait, and so does a garbage
 // collection's stop of the world. Every call of the node waits for that
 // sync anyway. Under the race detector the calls are Go's ordinary ones,
-// which order the goroutines that meet through them (sys_race.go).
+// which order the goroutines that meet through them (sys_race.go); on
+// systems other than Linux, Conn leaves connections as they are and the
+// log's calls are os.File's.
 package rawio
 
-import (
-	"io"
-	"net"
-	"os"
-	"syscall"
-)
-
-// Conn returns c reading and writing with raw system calls if it is a
-// *net.TCPConn, and c itself otherwise. Deadlines, Close and the rest
-// behave as c's.
-func Conn(c net.Conn) net.Conn {
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return c
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return c
-	}
-	return &conn{TCPConn: tc, rc: rc}
-}
+import "net"
 
 // Listener returns ln whose accepted connections are Conns.
 func Listener(ln net.Listener) net.Listener { return listener{ln} }
@@ -52,108 +34,4 @@ func (l listener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return Conn(c), nil
-}
-
-// conn embeds *net.TCPConn for everything but Read and Write. It must not
-// expose TCPConn's ReadFrom and WriteTo (io.Copy would use them and bypass
-// Write), so those are hidden below.
-type conn struct {
-	*net.TCPConn
-	rc syscall.RawConn
-}
-
-func (c *conn) Read(p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			r, e := sysRead(fd, p)
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait until readable
-			}
-			n, errno = r, e
-			return true
-		}
-	})
-	switch {
-	case err != nil:
-		return 0, err
-	case errno != 0:
-		return 0, c.opError("read", errno)
-	case n == 0:
-		return 0, io.EOF
-	}
-	return n, nil
-}
-
-func (c *conn) Write(p []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			r, e := sysWrite(fd, p[n:])
-			switch e {
-			case 0:
-				n += r
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false // wait until writable
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
-	if err != nil {
-		return n, err
-	}
-	if errno != 0 {
-		return n, c.opError("write", errno)
-	}
-	return n, nil
-}
-
-func (c *conn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError(op, err)}
-}
-
-// ReadFrom and WriteTo copy through Read and Write.
-func (c *conn) ReadFrom(r io.Reader) (int64, error) { return io.Copy(struct{ io.Writer }{c}, r) }
-func (c *conn) WriteTo(w io.Writer) (int64, error)  { return io.Copy(w, struct{ io.Reader }{c}) }
-
-// Pwrite writes all of b to f at off.
-func Pwrite(f *os.File, b []byte, off int64) error {
-	for len(b) > 0 {
-		n, e := sysPwrite(f.Fd(), b, off)
-		switch {
-		case e == syscall.EINTR:
-		case e != 0:
-			return os.NewSyscallError("pwrite", e)
-		case n == 0:
-			return io.ErrShortWrite
-		default:
-			b, off = b[n:], off+int64(n)
-		}
-	}
-	return nil
-}
-
-// Fdatasync syncs f's data to the disk.
-func Fdatasync(f *os.File) error {
-	for {
-		e := sysFdatasync(f.Fd())
-		if e != syscall.EINTR {
-			if e != 0 {
-				return os.NewSyscallError("fdatasync", e)
-			}
-			return nil
-		}
-	}
 }
