@@ -57,7 +57,8 @@ func ServeFloor(ln net.Listener, path string) error {
 	if err != nil {
 		return fmt.Errorf("floor log: %w", err)
 	}
-	defer unix.Close(fd)
+	f := os.NewFile(uintptr(fd), path) // owns fd from here on
+	defer f.Close()
 	zero := make([]byte, 1<<20)
 	for off := int64(0); off < floorLogSize; off += int64(len(zero)) {
 		if _, err := unix.Pwrite(fd, zero, off); err != nil {
@@ -68,7 +69,7 @@ func ServeFloor(ln net.Listener, path string) error {
 		return fmt.Errorf("floor log: %w", err)
 	}
 	reqs := make(chan floorRequest, 1024)
-	go floorLog(os.NewFile(uintptr(fd), path), reqs)
+	go floorLog(f, reqs)
 	up := websocket.Upgrader{}
 	return http.Serve(rawio.Listener(ln), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)

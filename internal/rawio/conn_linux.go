@@ -1,6 +1,7 @@
 package rawio
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -96,32 +97,59 @@ func (c *conn) opError(op string, err error) error {
 func (c *conn) ReadFrom(r io.Reader) (int64, error) { return io.Copy(struct{ io.Writer }{c}, r) }
 func (c *conn) WriteTo(w io.Writer) (int64, error)  { return io.Copy(w, struct{ io.Reader }{c}) }
 
-// Pwrite writes all of b to f at off.
+// Pwrite writes all of b to f at off. A Close of f meanwhile makes it fail,
+// never write to another file that reuses the descriptor.
 func Pwrite(f *os.File, b []byte, off int64) error {
-	for len(b) > 0 {
-		n, e := sysPwrite(f.Fd(), b, off)
-		switch {
-		case e == syscall.EINTR:
-		case e != 0:
-			return os.NewSyscallError("pwrite", e)
-		case n == 0:
-			return io.ErrShortWrite
-		default:
-			b, off = b[n:], off+int64(n)
+	return control(f, func(fd uintptr) error {
+		for len(b) > 0 {
+			n, e := sysPwrite(fd, b, off)
+			switch {
+			case e == syscall.EINTR:
+			case e != 0:
+				return os.NewSyscallError("pwrite", e)
+			case n == 0:
+				return io.ErrShortWrite
+			default:
+				b, off = b[n:], off+int64(n)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // Fdatasync syncs f's data to the disk.
 func Fdatasync(f *os.File) error {
-	for {
-		e := sysFdatasync(f.Fd())
-		if e != syscall.EINTR {
-			if e != 0 {
-				return os.NewSyscallError("fdatasync", e)
+	return control(f, func(fd uintptr) error {
+		for {
+			e := sysFdatasync(fd)
+			if e != syscall.EINTR {
+				if e != 0 {
+					return os.NewSyscallError("fdatasync", e)
+				}
+				return nil
 			}
-			return nil
 		}
+	})
+}
+
+// control runs op on f's descriptor, which f keeps open meanwhile.
+func control(f *os.File, op func(fd uintptr) error) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
 	}
+	var opErr error
+	if err := rc.Control(func(fd uintptr) { opErr = op(fd) }); err != nil {
+		return err
+	}
+	return opErr
+}
+
+// errno returns err's system error number, 0 for nil.
+func errno(err error) syscall.Errno {
+	var e syscall.Errno
+	if err != nil && !errors.As(err, &e) {
+		return syscall.EIO
+	}
+	return e
 }

@@ -14,7 +14,8 @@
 // never blocks (Conn waits for readiness through Go's poller, as net does),
 // so nothing is lost. A log write or sync does block: while it lasts, the
 // other goroutines of its scheduler slot wait, and so does a garbage
-// collection's stop of the world. Every call of the node waits for that
+// collection's stop of the world (a disk that hangs freezes the process at
+// its next collection). Every call of the node waits for that
 // sync anyway. Under the race detector the calls are Go's ordinary ones,
 // which order the goroutines that meet through them (sys_race.go); on
 // systems other than Linux, Conn leaves connections as they are and the

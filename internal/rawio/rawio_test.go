@@ -141,6 +141,15 @@ func TestPwriteAndFdatasync(t *testing.T) {
 	if err != nil || string(got) != "hello world" {
 		t.Fatalf("file holds %q (%v), want %q", got, err, "hello world")
 	}
+	// Beyond 4 GiB (a sparse file): the offset's upper half counts.
+	const far = 5 << 30
+	if err := Pwrite(f, []byte("far"), far); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 3)
+	if _, err := f.ReadAt(b, far); err != nil || string(b) != "far" {
+		t.Fatalf("at 5 GiB the file holds %q (%v), want %q", b, err, "far")
+	}
 	f.Close()
 	if err := Pwrite(f, []byte("x"), 0); err == nil {
 		t.Fatal("Pwrite to a closed file succeeded")

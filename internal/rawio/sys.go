@@ -22,6 +22,12 @@ func sysWrite(fd uintptr, p []byte) (int, syscall.Errno) {
 }
 
 func sysPwrite(fd uintptr, p []byte, off int64) (int, syscall.Errno) {
+	if unsafe.Sizeof(uintptr(0)) < 8 {
+		// A 64-bit offset takes two argument slots, placed as each 32-bit
+		// architecture wants: Go's own call knows how.
+		n, err := syscall.Pwrite(int(fd), p, off)
+		return n, errno(err)
+	}
 	n, _, e := syscall.RawSyscall6(syscall.SYS_PWRITE64, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), uintptr(off), 0, 0)
 	return int(n), e
 }

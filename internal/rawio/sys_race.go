@@ -20,10 +20,3 @@ func sysPwrite(fd uintptr, p []byte, off int64) (int, syscall.Errno) {
 }
 
 func sysFdatasync(fd uintptr) syscall.Errno { return errno(syscall.Fdatasync(int(fd))) }
-
-func errno(err error) syscall.Errno {
-	if err == nil {
-		return 0
-	}
-	return err.(syscall.Errno)
-}
