@@ -222,13 +222,7 @@ func (f *Floor) Name() string { return FloorSystem }
 func (f *Floor) Close() error { return nil }
 
 func (f *Floor) NewLocker(ctx context.Context, _ int) (Locker, error) {
-	d := websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return rawio.Conn(c), nil
-	}}
+	d := websocket.Dialer{NetDialContext: rawio.Dialer(&net.Dialer{})}
 	c, _, err := d.DialContext(ctx, "ws://"+f.addr+"/", nil)
 	if err != nil {
 		return nil, fmt.Errorf("floor at %s: %w", f.addr, err)

@@ -62,13 +62,7 @@ const idleConn = 30 * time.Second
 
 // dial opens a TCP connection to a node that reads and writes with raw
 // system calls (internal/rawio).
-func dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return rawio.Conn(c), nil
-}
+var dial = rawio.Dialer(&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second})
 
 func newTransport(tlsConf *tls.Config) http.RoundTripper {
 	h2c := &http2.Transport{

@@ -210,11 +210,7 @@ func (s tcpStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.
 
 // dialPeer connects to a peer's Raft address.
 func dialPeer(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(address), timeout)
-	if err != nil {
-		return nil, err
-	}
-	return rawio.Conn(c), nil
+	return rawio.Dialer(&net.Dialer{Timeout: timeout})(context.Background(), "tcp", string(address))
 }
 
 // logCacheEntries is how many of the latest log entries a node keeps in

@@ -16,9 +16,9 @@ import (
 	"sync"
 
 	"github.com/hashicorp/raft"
+	"golang.org/x/sys/unix"
 
 	"github.com/fencelock/fencelock/internal/rawio"
-	"golang.org/x/sys/unix"
 )
 
 // ErrFailed is returned by every write after a write or sync failed.

@@ -22,7 +22,10 @@
 // log's calls are os.File's.
 package rawio
 
-import "net"
+import (
+	"context"
+	"net"
+)
 
 // Listener returns ln whose accepted connections are Conns.
 func Listener(ln net.Listener) net.Listener { return listener{ln} }
@@ -35,4 +38,15 @@ func (l listener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return Conn(c), nil
+}
+
+// Dialer returns d's DialContext whose connections are Conns.
+func Dialer(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return Conn(c), nil
+	}
 }

@@ -189,3 +189,20 @@ func TestConn_OrdersForTheRaceDetector(t *testing.T) {
 		t.Fatalf("shared = %d, want 2", shared)
 	}
 }
+
+func TestDialer_DialsConns(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := Dialer(&net.Dialer{})(t.Context(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*conn); !ok {
+		t.Fatalf("Dialer returned a %T, want a raw conn", c)
+	}
+}
