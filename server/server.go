@@ -62,6 +62,11 @@ type Server struct {
 	// happened before this process and are not new events.
 	replayTo uint64
 
+	// slots bounds the proposals under way (maxProposals); timeouts bounds
+	// the wait of those whose context has no deadline.
+	slots    chan struct{}
+	timeouts deadlines
+
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -82,6 +87,8 @@ func Open(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, metrics: newMetrics(), clock: newCmdClock(), acl: cfg.ACL}
 	s.claims = newClaims(s)
+	s.slots = make(chan struct{}, maxProposals)
+	s.timeouts.d = cfg.ApplyTimeout
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	s.leases = newLeaseTable(s.proposeExpire)
 	s.fsm = fsm.New(cfg.DedupeWindow, (*observer)(s))
@@ -348,7 +355,7 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 // meanwhile.
 func (s *Server) becomeReady(epoch uint64) {
 	for {
-		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		err := s.barrier(s.ctx)
 		if s.leases.currentEpoch() != epoch || s.raft.State() != raft.Leader {
 			return
 		}
@@ -391,79 +398,6 @@ func (s *Server) becomeReady(epoch uint64) {
 	}
 	s.log.Info("leader ready: leases re-armed with full TTL", "leases", n, "queued", len(queued), "detached", detached, "term", s.raft.Stats()["term"])
 	s.recordAPIAddr()
-}
-
-// Apply proposes cmd through Raft and waits until it is applied or ctx ends
-// (at most ApplyTimeout if ctx has no deadline). Errors: ErrNotLeader when
-// this node is not the leader; ErrUnavailable when the outcome is unknown
-// (leadership lost, timeout, shutdown, ctx ended after the proposal).
-func (s *Server) Apply(ctx context.Context, p fsm.Payload) (fsm.Result, error) {
-	var timeout <-chan time.Time // a timer, not a context of its own: a busy node applies tens of thousands a second
-	if _, ok := ctx.Deadline(); !ok {
-		t := time.NewTimer(s.cfg.ApplyTimeout)
-		defer t.Stop()
-		timeout = t.C
-	}
-	start := time.Now()
-	f := s.proposeBy(p, s.cfg.ApplyTimeout)
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		return s.outcome(p, f, err, start)
-	case <-ctx.Done():
-		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(p), fencelock.ErrUnavailable, ctx.Err())
-	case <-timeout:
-		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(p), fencelock.ErrUnavailable, context.DeadlineExceeded)
-	}
-}
-
-// applyKnown is Apply for a caller that must learn the outcome: it waits
-// for the entry whatever the caller's context does, up to ApplyTimeout.
-func (s *Server) applyKnown(p fsm.Payload) (fsm.Result, error) {
-	return s.Apply(s.ctx, p)
-}
-
-// proposeBy stamps p's command with Now (cmdClock) and hands it to Raft, waiting at most enqueue
-// for room in Raft's queue. The bound matters when the leader loop is
-// stuck (a disk that stalls in fsync): proposals then fail instead of
-// piling up.
-func (s *Server) proposeBy(p fsm.Payload, enqueue time.Duration) raft.ApplyFuture {
-	cmd := fsm.Command{Now: s.clock.now(s.raft.CurrentTerm(), s.fsm.LastNow), Payload: p}
-	return s.raft.Apply(cmd.Encode(), enqueue)
-}
-
-func (s *Server) outcome(op fsm.Payload, f raft.ApplyFuture, err error, start time.Time) (fsm.Result, error) {
-	s.metrics.applySeconds.Observe(time.Since(start).Seconds())
-	if err != nil {
-		switch {
-		case errors.Is(err, raft.ErrNotLeader):
-			return fsm.Result{}, fmt.Errorf("apply %s: %w", opName(op), s.notLeader())
-		default:
-			return fsm.Result{}, fmt.Errorf("apply %s: %v: %w", opName(op), err, fencelock.ErrUnavailable)
-		}
-	}
-	res, ok := f.Response().(fsm.Result)
-	if !ok {
-		return fsm.Result{}, fmt.Errorf("apply %s: unexpected response %T: %w", opName(op), f.Response(), fencelock.ErrUnavailable)
-	}
-	return res, nil
-}
-
-func opName(p fsm.Payload) string {
-	switch p.(type) {
-	case fsm.Acquire:
-		return "acquire"
-	case fsm.Release:
-		return "release"
-	case fsm.Expire:
-		return "expire"
-	case fsm.CancelWait:
-		return "cancel-wait"
-	case fsm.Detach:
-		return "detach"
-	}
-	return fmt.Sprintf("%T", p)
 }
 
 // proposeExpire is the lease table's callback when a lease's deadline passes.

@@ -425,7 +425,7 @@ func (s *Server) linearize(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.raft.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
+	if err := s.barrier(ctx); err != nil {
 		return fmt.Errorf("read barrier: %v: %w", err, s.notLeader())
 	}
 	return nil

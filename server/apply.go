@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/fencelock/fencelock"
+	"github.com/fencelock/fencelock/fsm"
+)
+
+// maxProposals bounds the proposals and barriers under way on a node: as
+// many as Raft's queue holds (MaxAppendEntries, with BatchApplyCh). A
+// proposal takes a slot before it goes to Raft and gives it back when its
+// outcome is known, so handing it to Raft never waits; a proposal that
+// finds no slot (a leader whose disk stalls) waits for one as long as its
+// caller does.
+const maxProposals = logCacheEntries
+
+// Apply proposes cmd through Raft and waits until it is applied or ctx ends
+// (if ctx has no deadline, for ApplyTimeout and up to a quarter more).
+// Errors: ErrNotLeader when this node is not the leader; ErrUnavailable
+// when the outcome is unknown (leadership lost, timeout, shutdown, ctx
+// ended after the proposal).
+func (s *Server) Apply(ctx context.Context, p fsm.Payload) (fsm.Result, error) {
+	start := time.Now()
+	var timeout <-chan struct{} // shared with the proposals of the same moment, not a timer each
+	if _, ok := ctx.Deadline(); !ok {
+		timeout = s.timeouts.after(start)
+	}
+	if err := s.enter(ctx, timeout); err != nil {
+		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(p), fencelock.ErrUnavailable, err)
+	}
+	cmd := fsm.Command{Now: s.clock.now(s.raft.CurrentTerm(), s.fsm.LastNow), Payload: p}
+	f := s.raft.Apply(cmd.Encode(), 0) // the slot is a place in Raft's queue: no wait
+	done := make(chan error, 1)
+	// The wait on the future has a goroutine of its own: on a one-thread
+	// node, the call readied straight from the FSM's goroutine would run
+	// before Raft's leader loop, and the log's appends carry far fewer
+	// entries (docs/ARCHITECTURE.md).
+	go func() {
+		err := f.Error()
+		<-s.slots
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return s.outcome(p, f, err, start)
+	case <-ctx.Done():
+		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(p), fencelock.ErrUnavailable, ctx.Err())
+	case <-timeout:
+		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(p), fencelock.ErrUnavailable, context.DeadlineExceeded)
+	}
+}
+
+// applyKnown is Apply for a caller that must learn the outcome: it waits
+// for the entry whatever the caller's context does, up to ApplyTimeout.
+func (s *Server) applyKnown(p fsm.Payload) (fsm.Result, error) {
+	return s.Apply(s.ctx, p)
+}
+
+// enter takes a slot of s.slots, waiting while ctx lasts, until timeout
+// (nil: never) and until the node closes.
+func (s *Server) enter(ctx context.Context, timeout <-chan struct{}) error {
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timeout:
+		return context.DeadlineExceeded
+	case <-s.ctx.Done():
+		return raft.ErrRaftShutdown
+	}
+}
+
+// barrier waits until every entry proposed before it is applied, through
+// a slot of s.slots, as a proposal.
+func (s *Server) barrier(ctx context.Context) error {
+	var timeout <-chan struct{}
+	if _, ok := ctx.Deadline(); !ok {
+		timeout = s.timeouts.after(time.Now())
+	}
+	if err := s.enter(ctx, timeout); err != nil {
+		return err
+	}
+	defer func() { <-s.slots }()
+	return s.raft.Barrier(0).Error()
+}
+
+func (s *Server) outcome(op fsm.Payload, f raft.ApplyFuture, err error, start time.Time) (fsm.Result, error) {
+	s.metrics.applySeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader):
+			return fsm.Result{}, fmt.Errorf("apply %s: %w", opName(op), s.notLeader())
+		default:
+			return fsm.Result{}, fmt.Errorf("apply %s: %v: %w", opName(op), err, fencelock.ErrUnavailable)
+		}
+	}
+	res, ok := f.Response().(fsm.Result)
+	if !ok {
+		return fsm.Result{}, fmt.Errorf("apply %s: unexpected response %T: %w", opName(op), f.Response(), fencelock.ErrUnavailable)
+	}
+	return res, nil
+}
+
+func opName(p fsm.Payload) string {
+	switch p.(type) {
+	case fsm.Acquire:
+		return "acquire"
+	case fsm.Release:
+		return "release"
+	case fsm.Expire:
+		return "expire"
+	case fsm.CancelWait:
+		return "cancel-wait"
+	case fsm.Detach:
+		return "detach"
+	}
+	return fmt.Sprintf("%T", p)
+}
+
+// deadlines hands out channels that close d to 5d/4 after they are asked
+// for: the callers of one d/4 share a channel and its timer, where a timer
+// each cost a busy node an allocation and two changes to the runtime's
+// timer heap per proposal.
+type deadlines struct {
+	d   time.Duration
+	mu  sync.Mutex
+	at  time.Time // when cur closes
+	cur chan struct{}
+}
+
+// after returns a channel that closes between d and 5d/4 after now.
+func (dl *deadlines) after(now time.Time) <-chan struct{} {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	if dl.cur == nil || dl.at.Before(now.Add(dl.d)) {
+		ch := make(chan struct{})
+		dl.cur, dl.at = ch, now.Add(dl.d+dl.d/4)
+		time.AfterFunc(dl.d+dl.d/4, func() { close(ch) })
+	}
+	return dl.cur
+}
