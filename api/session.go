@@ -129,6 +129,7 @@ func serveSession(ctx context.Context, n node, w *workers, st sessionStream) err
 	}()
 	ss := &session{n: n, calls: make(map[uint64]*running), proposing: make(chan struct{}, maxProposing),
 		stream: ctx, base: context.WithoutCancel(ctx), workers: w}
+	ss.goneFunc = ss.gone
 	ss.box = &outbox{st: st,
 		sent:  func(n int) { ss.active.Add(-int64(n)) },
 		alone: func() bool { return ss.active.Load() <= 1 },
@@ -209,6 +210,7 @@ type session struct {
 	stream    context.Context // ends when the stream breaks: its callers are gone
 	base      context.Context // of the calls: it ends only when end ends them
 	workers   *workers        // the goroutines the calls run on
+	goneFunc  func() bool     // gone, made once: each call's Acquire is given it
 
 	mu     sync.Mutex
 	calls  map[uint64]*running // by id
@@ -277,10 +279,10 @@ func (ss *session) renew(cs []*fencelockv1.Call) error {
 	over := min(max(active-maxSessionCalls, 0), n) // the last over are refused
 	ss.wg.Add(1)
 	ss.mu.Unlock()
-	ss.workers.run(func() {
+	ss.workers.run(taskFunc(func() {
 		defer ss.wg.Done()
 		ss.box.put(false, ss.renewed(cs[:n-over], cs[n-over:])...)
-	})
+	}))
 	return nil
 }
 
@@ -344,7 +346,7 @@ func (ss *session) start(c *fencelockv1.Call) error {
 	ss.calls[c.Id] = rn
 	ss.wg.Add(1)
 	ss.mu.Unlock()
-	ss.workers.run(rn.run)
+	ss.workers.run(rn)
 	return nil
 }
 
@@ -374,7 +376,7 @@ func (rn *running) run() {
 		r = failed(ss.n, rn.c.Id, "Session", fmt.Errorf("call %d: %w: %w", rn.c.Id, fencelock.ErrUnavailable, cmp.Or(context.Cause(rn.ctx), context.Cause(ss.stream))))
 	}
 	if r == nil {
-		r = run(rn.ctx, ss.n, rn.c, rn.free, ss.gone)
+		r = run(rn.ctx, ss.n, rn.c, rn.free, ss.goneFunc)
 	}
 	rn.free()
 	rn.cancel(nil)
@@ -403,35 +405,42 @@ const maxIdleWorkers = 256
 // maxIdleWorkers wait, whatever the number of sessions; they end when the
 // node closes.
 type workers struct {
-	work chan func()     // unbuffered: a send succeeds only to an idle worker
+	work chan task       // unbuffered: a send succeeds only to an idle worker
 	done <-chan struct{} // the node closed
 	idle atomic.Int32
 }
 
+// task is what a worker runs: a *running (a call), or a taskFunc.
+type task interface{ run() }
+
+type taskFunc func()
+
+func (f taskFunc) run() { f() }
+
 func newWorkers(done <-chan struct{}) *workers {
-	return &workers{work: make(chan func()), done: done}
+	return &workers{work: make(chan task), done: done}
 }
 
-// run runs fn on an idle worker, or on a new one if none is idle.
-func (w *workers) run(fn func()) {
+// run runs t on an idle worker, or on a new one if none is idle.
+func (w *workers) run(t task) {
 	select {
-	case w.work <- fn:
+	case w.work <- t:
 	default:
-		go w.loop(fn)
+		go w.loop(t)
 	}
 }
 
-// loop runs fn, then waits for more unless maxIdleWorkers wait already,
+// loop runs t, then waits for more unless maxIdleWorkers wait already,
 // until the node closes.
-func (w *workers) loop(fn func()) {
+func (w *workers) loop(t task) {
 	for {
-		fn()
+		t.run()
 		if w.idle.Add(1) > maxIdleWorkers {
 			w.idle.Add(-1)
 			return
 		}
 		select {
-		case fn = <-w.work:
+		case t = <-w.work:
 			w.idle.Add(-1)
 		case <-w.done:
 			w.idle.Add(-1)

@@ -562,7 +562,7 @@ func TestWorkers_reuseIdleGoroutines(t *testing.T) {
 	}
 	var ran sync.WaitGroup
 	ran.Add(1)
-	w.run(ran.Done)
+	w.run(taskFunc(ran.Done))
 	ran.Wait()
 	idle(1)
 
@@ -573,12 +573,12 @@ func TestWorkers_reuseIdleGoroutines(t *testing.T) {
 	// in between starts a goroutine of its own, and the next one tries
 	// again.
 	testproc.Eventually(t, "a call runs on the idle worker, none idle", func() bool {
-		w.run(block)
+		w.run(taskFunc(block))
 		<-started
 		return w.idle.Load() == 0
 	})
 	for range 2*maxIdleWorkers - 1 {
-		w.run(block)
+		w.run(taskFunc(block))
 	}
 	for range 2*maxIdleWorkers - 1 {
 		<-started

@@ -228,7 +228,7 @@ func (c Command) Encode() []byte {
 // DecodeCommand parses the bytes Encode wrote. It fails on another format
 // version, an unknown Op, bytes missing or left over, and never panics.
 func DecodeCommand(b []byte) (Command, error) {
-	d := decoder{b: b}
+	d := decoder{b: b, all: string(b)}
 	if v := d.byte(); d.err == nil && v != formatVersion {
 		return Command{}, fmt.Errorf("decode command: unknown format version %d", v)
 	}
@@ -256,7 +256,10 @@ var errShort = errors.New("entry too short")
 // decoder reads the binary encoding; after the first error every read
 // returns zero and err stays set.
 type decoder struct {
-	b   []byte
+	b []byte
+	// all is the whole encoding, copied once: the strings read are its
+	// substrings, one allocation for every string of a command.
+	all string
 	err error
 }
 
@@ -302,9 +305,9 @@ func (d *decoder) string() string {
 		d.err = errShort
 		return ""
 	}
-	s := string(d.b[:n])
+	at := len(d.all) - len(d.b)
 	d.b = d.b[n:]
-	return s
+	return d.all[at : at+int(n)]
 }
 
 // Result is what applying one command returns to its proposer.

@@ -299,7 +299,15 @@ func (f *FSM) applyKey(first bool, clusterID string, key SigningKey) Result {
 // length and the owner, then the id. The same id on two locks, or of two
 // owners, is two requests.
 func requestKey(name fencelock.LockName, owner, rid string) string {
-	return string(binary.AppendUvarint(append([]byte(name), 0), uint64(len(owner)))) + owner + rid
+	var n [binary.MaxVarintLen64]byte
+	var b strings.Builder // one allocation
+	b.Grow(len(name) + 1 + len(n) + len(owner) + len(rid))
+	b.WriteString(string(name))
+	b.WriteByte(0)
+	b.Write(n[:binary.PutUvarint(n[:], uint64(len(owner)))])
+	b.WriteString(owner)
+	b.WriteString(rid)
+	return b.String()
 }
 
 // acquire answers a request it has seen with what seen says; otherwise it

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -68,7 +69,7 @@ type claimKey struct {
 // the request until the request is handed to a caller or taken back.
 type claim struct {
 	key   claimKey
-	calls map[*call]struct{}
+	calls []*call // at most maxCallsPerRequest
 	// detaching: its request was granted while no call waited, and the
 	// entry that records it (OpDetach) is on its way; calls are refused
 	// until it commits, so that none is handed a grant the entry then
@@ -124,7 +125,7 @@ func (cs *claims) attach(name fencelock.LockName, rid, owner string) (*call, err
 	defer cs.mu.Unlock()
 	c := cs.m[k]
 	if c == nil {
-		c = &claim{key: k, calls: make(map[*call]struct{})}
+		c = &claim{key: k}
 		cs.m[k] = c
 	}
 	switch {
@@ -137,7 +138,7 @@ func (cs *claims) attach(name fencelock.LockName, rid, owner string) (*call, err
 	}
 	c.due = time.Time{}
 	cl := &call{c: c, ch: make(chan waitEvent, 1)}
-	c.calls[cl] = struct{}{}
+	c.calls = append(c.calls, cl)
 	return cl, nil
 }
 
@@ -159,7 +160,9 @@ func (cs *claims) handed(cl *call) {
 func (cs *claims) detach(cl *call, grace time.Duration, unknown bool) {
 	cs.mu.Lock()
 	c := cl.c
-	delete(c.calls, cl)
+	if i := slices.Index(c.calls, cl); i >= 0 {
+		c.calls = slices.Delete(c.calls, i, i+1)
+	}
 	c.unknown = c.unknown || unknown
 	if cs.m[c.key] != c || len(c.calls) > 0 || c.reaping {
 		cs.mu.Unlock()
@@ -191,7 +194,7 @@ func (cs *claims) orphan(name fencelock.LockName, rid, owner string, grace time.
 	if cs.m[k] != nil {
 		return
 	}
-	c := &claim{key: k, calls: make(map[*call]struct{})}
+	c := &claim{key: k}
 	cs.m[k] = c
 	cs.armLocked(c, grace)
 }
@@ -343,7 +346,7 @@ func (cs *claims) deliver(name fencelock.LockName, h fsm.Holder) {
 	defer cs.mu.Unlock()
 	c := cs.m[k]
 	if c != nil && len(c.calls) > 0 {
-		for cl := range c.calls {
+		for _, cl := range c.calls {
 			send(cl.ch, waitEvent{h: h})
 		}
 		return
@@ -352,7 +355,7 @@ func (cs *claims) deliver(name fencelock.LockName, h fsm.Holder) {
 		return
 	}
 	if c == nil {
-		c = &claim{key: k, calls: make(map[*call]struct{})}
+		c = &claim{key: k}
 		cs.m[k] = c
 	}
 	if c.due.IsZero() {
@@ -403,7 +406,7 @@ func (cs *claims) drop(name fencelock.LockName, rid, owner string) {
 	if c == nil || c.reaping {
 		return
 	}
-	for cl := range c.calls {
+	for _, cl := range c.calls {
 		send(cl.ch, waitEvent{err: errDropped})
 	}
 	if len(c.calls) == 0 {
@@ -418,7 +421,7 @@ func (cs *claims) failAll() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	for k, c := range cs.m {
-		for cl := range c.calls {
+		for _, cl := range c.calls {
 			send(cl.ch, waitEvent{err: errSteppedDown})
 		}
 		c.due = time.Time{}
