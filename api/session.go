@@ -435,6 +435,7 @@ func (w *workers) run(t task) {
 func (w *workers) loop(t task) {
 	for {
 		t.run()
+		t = nil // an idle worker keeps nothing of its last call
 		if w.idle.Add(1) > maxIdleWorkers {
 			w.idle.Add(-1)
 			return

@@ -14,12 +14,12 @@ import (
 )
 
 // maxProposals bounds the proposals and barriers under way on a node: as
-// many as Raft's queue holds (MaxAppendEntries, with BatchApplyCh). A
+// many as Raft's queue holds (raftConfig: MaxAppendEntries, BatchApplyCh). A
 // proposal takes a slot before it goes to Raft and gives it back when its
 // outcome is known, so handing it to Raft never waits; a proposal that
 // finds no slot (a leader whose disk stalls) waits for one as long as its
 // caller does.
-const maxProposals = logCacheEntries
+const maxProposals = 1024
 
 // Apply proposes cmd through Raft and waits until it is applied or ctx ends
 // (if ctx has no deadline, for ApplyTimeout and up to a quarter more).
@@ -66,6 +66,11 @@ func (s *Server) applyKnown(p fsm.Payload) (fsm.Result, error) {
 // enter takes a slot of s.slots, waiting while ctx lasts, until timeout
 // (nil: never) and until the node closes.
 func (s *Server) enter(ctx context.Context, timeout <-chan struct{}) error {
+	select {
+	case <-s.ctx.Done(): // hashicorp/raft leaves unanswered what it queues after it stops
+		return raft.ErrRaftShutdown
+	default:
+	}
 	select {
 	case s.slots <- struct{}{}:
 		return nil

@@ -238,8 +238,11 @@ func raftConfig(cfg Config, raftLog hclog.Logger) (*raft.Config, chan bool) {
 	if cfg.TrailingLogs > 0 {
 		rc.TrailingLogs = cfg.TrailingLogs
 	}
+	// Raft's queue holds maxProposals, the most one append (one sync)
+	// carries (hashicorp/raft allows up to 1024): a proposal with a slot
+	// never waits to join it (Apply).
 	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = 1024 // the most one append (one sync) carries; hashicorp/raft allows up to 1024
+	rc.MaxAppendEntries = maxProposals
 	notify := make(chan bool, 8)
 	rc.NotifyCh = notify
 	return rc, notify
