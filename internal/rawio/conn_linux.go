@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 )
 
@@ -20,7 +21,9 @@ func Conn(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	return &conn{TCPConn: tc, rc: rc}
+	cn := &conn{TCPConn: tc, rc: rc}
+	cn.readFn, cn.writeFn = cn.read, cn.write
+	return cn
 }
 
 // conn embeds *net.TCPConn for everything but Read and Write. It must not
@@ -29,27 +32,33 @@ func Conn(c net.Conn) net.Conn {
 type conn struct {
 	*net.TCPConn
 	rc syscall.RawConn
+	// rd and wr are a Read's and a Write's state, made once: closures made
+	// per call would escape to the heap, three objects each. rmu and wmu
+	// keep concurrent Reads (Writes) apart, as the descriptor's own lock
+	// would.
+	rmu, wmu sync.Mutex
+	rd, wr   ioState
+	readFn   func(fd uintptr) bool
+	writeFn  func(fd uintptr) bool
+}
+
+// ioState is one direction's call under way.
+type ioState struct {
+	p     []byte
+	n     int
+	errno syscall.Errno
 }
 
 func (c *conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Read(func(fd uintptr) bool {
-		for {
-			r, e := sysRead(fd, p)
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait until readable
-			}
-			n, errno = r, e
-			return true
-		}
-	})
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.rd = ioState{p: p}
+	err := c.rc.Read(c.readFn)
+	n, errno := c.rd.n, c.rd.errno
+	c.rd.p = nil
 	switch {
 	case err != nil:
 		return 0, err
@@ -61,25 +70,28 @@ func (c *conn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (c *conn) Write(p []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			r, e := sysWrite(fd, p[n:])
-			switch e {
-			case 0:
-				n += r
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false // wait until writable
-			default:
-				errno = e
-				return true
-			}
+// read is Read's step on the descriptor: false until it is readable.
+func (c *conn) read(fd uintptr) bool {
+	for {
+		r, e := sysRead(fd, c.rd.p)
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // wait until readable
 		}
+		c.rd.n, c.rd.errno = r, e
 		return true
-	})
+	}
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wr = ioState{p: p}
+	err := c.rc.Write(c.writeFn)
+	n, errno := c.wr.n, c.wr.errno
+	c.wr.p = nil
 	if err != nil {
 		return n, err
 	}
@@ -87,6 +99,24 @@ func (c *conn) Write(p []byte) (int, error) {
 		return n, c.opError("write", errno)
 	}
 	return n, nil
+}
+
+// write is Write's step on the descriptor: false while it is not writable.
+func (c *conn) write(fd uintptr) bool {
+	for c.wr.n < len(c.wr.p) {
+		r, e := sysWrite(fd, c.wr.p[c.wr.n:])
+		switch e {
+		case 0:
+			c.wr.n += r
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false // wait until writable
+		default:
+			c.wr.errno = e
+			return true
+		}
+	}
+	return true
 }
 
 func (c *conn) opError(op string, err error) error {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -204,5 +205,115 @@ func TestDialer_DialsConns(t *testing.T) {
 	defer c.Close()
 	if _, ok := c.(*conn); !ok {
 		t.Fatalf("Dialer returned a %T, want a raw conn", c)
+	}
+}
+
+// TestConn_ReadAndWriteAllocateNothing: a Read and a Write make no
+// objects of their own (Go's net makes none either).
+func TestConn_ReadAndWriteAllocateNothing(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector's bookkeeping allocates")
+	}
+	raw, plain := pair(t)
+	out, in := make([]byte, 512), make([]byte, 512)
+	if n := testing.AllocsPerRun(200, func() {
+		if _, err := raw.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(plain, in); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := plain.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(raw, in); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 0 {
+		t.Fatalf("a Write and a Read each way made %v objects, want 0", n)
+	}
+}
+
+// TestConn_ConcurrentWritesStayWhole: Writes from several goroutines at
+// once each reach the peer in one piece, and Reads from several
+// goroutines at once lose and repeat nothing.
+func TestConn_ConcurrentWritesStayWhole(t *testing.T) {
+	t.Parallel()
+	raw, plain := pair(t)
+	const writers, writes, block = 8, 64, 4096
+	go func() {
+		done := make(chan struct{})
+		for w := range writers {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				b := bytes.Repeat([]byte{byte(w + 1)}, block)
+				for range writes {
+					if _, err := raw.Write(b); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		for range writers {
+			<-done
+		}
+	}()
+	got := make([]byte, writers*writes*block)
+	if _, err := io.ReadFull(plain, got); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(got); i += block {
+		if !bytes.Equal(got[i:i+block], bytes.Repeat(got[i:i+1], block)) {
+			t.Fatalf("the block at %d mixes bytes of two Writes", i)
+		}
+	}
+
+	go func() { // and back, read by several goroutines at once
+		if _, err := plain.Write(got); err != nil {
+			t.Error(err)
+		}
+	}()
+	counts := make(chan [writers + 1]int, 4)
+	var left = int64(len(got))
+	var mu sync.Mutex
+	for range 4 {
+		go func() {
+			var c [writers + 1]int
+			buf := make([]byte, 1000)
+			for {
+				mu.Lock()
+				more := left > 0
+				mu.Unlock()
+				if !more {
+					break
+				}
+				raw.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+				n, err := raw.Read(buf)
+				for _, b := range buf[:n] {
+					c[b]++
+				}
+				mu.Lock()
+				left -= int64(n)
+				mu.Unlock()
+				if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Error(err)
+					break
+				}
+			}
+			counts <- c
+		}()
+	}
+	var total [writers + 1]int
+	for range 4 {
+		c := <-counts
+		for i := range c {
+			total[i] += c[i]
+		}
+	}
+	for w := 1; w <= writers; w++ {
+		if total[w] != writes*block {
+			t.Fatalf("the readers got %d bytes of writer %d, want %d", total[w], w, writes*block)
+		}
 	}
 }

@@ -1,0 +1,5 @@
+//go:build linux && race
+
+package rawio
+
+const raceOn = true
