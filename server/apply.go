@@ -28,10 +28,7 @@ const maxProposals = 1024
 // ended after the proposal).
 func (s *Server) Apply(ctx context.Context, p fsm.Payload) (fsm.Result, error) {
 	start := time.Now()
-	var timeout <-chan struct{} // shared with the proposals of the same moment, not a timer each
-	if _, ok := ctx.Deadline(); !ok {
-		timeout = s.timeouts.after(start)
-	}
+	timeout := s.bound(ctx, start)
 	if err := s.enter(ctx, timeout); err != nil {
 		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(p), fencelock.ErrUnavailable, err)
 	}
@@ -63,6 +60,16 @@ func (s *Server) applyKnown(p fsm.Payload) (fsm.Result, error) {
 	return s.Apply(s.ctx, p)
 }
 
+// bound is what ends a wait begun at now whose ctx has no deadline:
+// ApplyTimeout, through a channel shared with the waits of the same moment
+// (not a timer each). nil if ctx has a deadline.
+func (s *Server) bound(ctx context.Context, now time.Time) <-chan struct{} {
+	if _, ok := ctx.Deadline(); ok {
+		return nil
+	}
+	return s.timeouts.after(now)
+}
+
 // enter takes a slot of s.slots, waiting while ctx lasts, until timeout
 // (nil: never) and until the node closes.
 func (s *Server) enter(ctx context.Context, timeout <-chan struct{}) error {
@@ -91,11 +98,7 @@ func (s *Server) enter(ctx context.Context, timeout <-chan struct{}) error {
 // barrier waits until every entry proposed before it is applied, through
 // a slot of s.slots, as a proposal.
 func (s *Server) barrier(ctx context.Context) error {
-	var timeout <-chan struct{}
-	if _, ok := ctx.Deadline(); !ok {
-		timeout = s.timeouts.after(time.Now())
-	}
-	if err := s.enter(ctx, timeout); err != nil {
+	if err := s.enter(ctx, s.bound(ctx, time.Now())); err != nil {
 		return err
 	}
 	defer func() { <-s.slots }()
