@@ -54,11 +54,25 @@ var errHeldBack = errors.New("the call waited in the client for room on its stre
 var _ node = (*sessionNode)(nil)
 
 // stream is one open Session stream.
+//
+// While calls are out, one goroutine reads the stream, and hands each
+// result to its call: the read turn. A call that finds nobody reading
+// takes the turn itself when its carrier lets a call wait for a message
+// until the call's context ends (selfRead, a WebSocket). It reads until
+// its own result comes, and leaves the turn to a goroutine of the stream
+// if other calls are out. A call that finds the stream idle also sends
+// itself. At one call at a time, then, a call is carried by its own
+// goroutine alone: no goroutine wakes another. Otherwise the stream's
+// writer sends, and a reader goroutine reads until no call is out. An
+// idle stream gets a reader within pingAfter (watch), which answers the
+// node's WebSocket pings and notices a stream the node closed.
 type stream struct {
-	bidi   carrier
-	cancel context.CancelFunc
-	wake   chan struct{} // buffered: calls or cancels are pending
-	dead   chan struct{} // closed when the stream broke; err says why
+	bidi     carrier
+	selfRead selfReader // nil: only the stream's goroutines read
+	cancel   context.CancelFunc
+	wake     chan struct{} // buffered: calls or cancels are pending
+	dead     chan struct{} // closed when the stream broke; err says why
+	smu      sync.Mutex    // held while sending
 
 	mu       sync.Mutex
 	next     uint64
@@ -73,13 +87,22 @@ type stream struct {
 	heard    time.Time   // the node's last message, or when calls went out
 	pingAt   time.Time   // when the ping now unanswered went out; zero: none
 	wantPing bool        // the writer is to send a ping
+	reading  bool        // a goroutine has the read turn
+}
+
+// selfReader is a carrier whose calls' goroutines may read: once Dialed,
+// Wait waits for a whole message, or until ctx ends and leaves the
+// carrier as it was.
+type selfReader interface {
+	Dialed() bool
+	Wait(ctx context.Context) error
 }
 
 // open returns the node's stream, opening one if none is.
 func (n *sessionNode) open() *stream {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cur != nil {
+	if n.cur != nil && !n.cur.ended() {
 		return n.cur
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -89,24 +112,29 @@ func (n *sessionNode) open() *stream {
 	} else {
 		bidi = n.rpc.Session(ctx)
 	}
+	n.cur = newStream(bidi, cancel, wire.MaxSessionCalls)
+	return n.cur
+}
+
+// newStream starts a stream on bidi with at most maxOut calls out.
+func newStream(bidi carrier, cancel context.CancelFunc, maxOut int) *stream {
 	st := &stream{bidi: bidi, cancel: cancel, wake: make(chan struct{}, 1), dead: make(chan struct{}),
-		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: wire.MaxSessionCalls}
+		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: maxOut}
+	st.selfRead, _ = bidi.(selfReader)
 	st.timer = time.AfterFunc(time.Hour, st.watch)
 	st.timer.Stop()
-	n.cur = st
 	go st.write()
-	go func() {
-		st.read()
-		n.mu.Lock()
-		if n.cur == st {
-			n.cur = nil
-		}
-		n.mu.Unlock()
-		if errors.Is(st.err, errLeft) {
-			n.closeIdleSoon()
-		}
-	}()
 	return st
+}
+
+// ended reports whether the stream has broken.
+func (st *stream) ended() bool {
+	select {
+	case <-st.dead:
+		return true
+	default:
+		return false
+	}
 }
 
 // closeIdleSoon closes the client's idle connections, among them the one
@@ -124,9 +152,13 @@ func (n *sessionNode) closeIdleSoon() {
 // is not (10,000 clients would otherwise hold twice the connections).
 func (n *sessionNode) leave(st *stream) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cur == st && st.failIfIdle(errLeft) {
+	left := n.cur == st && st.failIfIdle(errLeft)
+	if left {
 		n.cur = nil
+	}
+	n.mu.Unlock()
+	if left {
+		n.closeIdleSoon()
 	}
 }
 
@@ -149,29 +181,81 @@ func (n *sessionNode) do(ctx context.Context, c *fencelockv1.Call) (*fencelockv1
 		return n.unary(ctx, c)
 	}
 	st := n.open()
-	ch, id := st.add(c) // ch is nil if st ended before: never ready
-	select {
-	case r := <-ch:
+	ch, id, reads := st.add(c) // ch is nil if st ended before: never ready
+	r, ended := st.await(ctx, ch, reads)
+	switch {
+	case r != nil:
 		return n.result(st, r)
-	case <-st.dead:
-		select {
-		case r := <-ch: // answered before the stream ended: not to be sent again
-			return n.result(st, r)
-		default:
-		}
-		switch {
-		case errors.Is(st.err, errNoStreams):
-			n.noStreams.Store(true)
-			return n.unary(ctx, c)
-		case errors.Is(st.err, errLeft) && ch == nil: // left before this call was added: a new stream
-			return n.do(ctx, c)
-		}
-		return nil, wire.NoAnswer(st.err)
-	case <-ctx.Done():
+	case !ended: // ctx ended
 		if !st.drop(id) {
 			return nil, fmt.Errorf("%w: %w", errHeldBack, ctx.Err())
 		}
 		return nil, ctx.Err()
+	case errors.Is(st.err, errNoStreams):
+		n.noStreams.Store(true)
+		return n.unary(ctx, c)
+	case errors.Is(st.err, errLeft) && ch == nil: // left before this call was added: a new stream
+		return n.do(ctx, c)
+	}
+	return nil, wire.NoAnswer(st.err)
+}
+
+// await returns the result ch is to get, read by this goroutine if it
+// has the read turn (reads). It returns nil when the stream ended first
+// (ended) or ctx did. A result that came before the stream ended is
+// returned: its call is not to be sent again.
+func (st *stream) await(ctx context.Context, ch chan *fencelockv1.Result, reads bool) (r *fencelockv1.Result, ended bool) {
+	if reads {
+		r, ended = st.readFor(ctx, ch)
+		st.passTurn()
+		return r, ended
+	}
+	select {
+	case r := <-ch:
+		return r, false
+	case <-st.dead:
+		select {
+		case r := <-ch:
+			return r, false
+		default:
+			return nil, true
+		}
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+// readFor reads messages, with the read turn, until ch has its result,
+// the stream ends or ctx ends.
+func (st *stream) readFor(ctx context.Context, ch chan *fencelockv1.Result) (*fencelockv1.Result, bool) {
+	for {
+		select {
+		case r := <-ch:
+			return r, false
+		default:
+		}
+		if st.selfRead.Wait(ctx) != nil {
+			return nil, false
+		}
+		if _, err := st.readOne(); err != nil {
+			select {
+			case r := <-ch:
+				return r, false
+			default:
+				return nil, true
+			}
+		}
+	}
+}
+
+// passTurn gives up the read turn: to a reader goroutine if calls are out.
+func (st *stream) passTurn() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.reading = false
+	if len(st.calls) > 0 && st.err == nil {
+		st.reading = true
+		go st.read()
 	}
 }
 
@@ -188,14 +272,16 @@ func (n *sessionNode) result(st *stream, r *fencelockv1.Result) (*fencelockv1.Re
 }
 
 // add queues call c and returns the channel of its result, or nil if the
-// stream has ended (c is not queued: it may go on another stream).
-func (st *stream) add(c *fencelockv1.Call) (chan *fencelockv1.Result, uint64) {
+// stream has ended (c is not queued: it may go on another stream), and
+// whether the caller has the read turn. A call that finds the stream idle
+// is sent at once, by the caller.
+func (st *stream) add(c *fencelockv1.Call) (ch chan *fencelockv1.Result, id uint64, reads bool) {
 	st.mu.Lock()
 	if st.err != nil {
 		st.mu.Unlock()
-		return nil, 0
+		return nil, 0, false
 	}
-	ch := make(chan *fencelockv1.Result, 1)
+	ch = make(chan *fencelockv1.Result, 1)
 	st.next++
 	c.Id = st.next
 	if len(st.calls) == 0 {
@@ -207,9 +293,23 @@ func (st *stream) add(c *fencelockv1.Call) (chan *fencelockv1.Result, uint64) {
 		st.timer.Reset(pingAfter)
 	}
 	st.pending = append(st.pending, c)
+	self := st.selfRead != nil && st.selfRead.Dialed()
+	alone := self && !st.reading && st.out == 0 && len(st.pending) == 1
+	spawn := false
+	if !st.reading {
+		st.reading, reads, spawn = true, self, !self
+	}
 	st.mu.Unlock()
-	st.signal()
-	return ch, c.Id
+	if spawn {
+		go st.read()
+	}
+	if alone && st.smu.TryLock() {
+		st.send()
+		st.smu.Unlock()
+	} else {
+		st.signal()
+	}
+	return ch, c.Id, reads
 }
 
 // drop forgets call id and cancels it on the node, and reports whether it
@@ -250,22 +350,34 @@ func (st *stream) write() {
 		case <-st.wake:
 		}
 		runtime.Gosched() // calls made together go out together: one write
-		calls, cancels, ping := st.take()
-		for len(calls) > 0 || len(cancels) > 0 || ping {
-			m := &fencelockv1.SessionRequest{Cancel: cancels, Ping: ping}
-			cancels, ping = nil, false
-			for size := 0; len(calls) > 0 && (size < maxMessageBytes || len(m.Calls) == 0); calls = calls[1:] {
-				size += proto.Size(calls[0])
-				m.Calls = append(m.Calls, calls[0])
-			}
-			if err := st.bidi.Send(m); err != nil {
-				if !errors.Is(err, io.EOF) {
-					st.fail(err)
-				} // else the stream ended: read learns why
-				return
-			}
+		st.smu.Lock()
+		ok := st.send()
+		st.smu.Unlock()
+		if !ok {
+			return
 		}
 	}
+}
+
+// send sends what is pending, as few messages as fit; false if the
+// stream broke. The caller holds smu.
+func (st *stream) send() bool {
+	calls, cancels, ping := st.take()
+	for len(calls) > 0 || len(cancels) > 0 || ping {
+		m := &fencelockv1.SessionRequest{Cancel: cancels, Ping: ping}
+		cancels, ping = nil, false
+		for size := 0; len(calls) > 0 && (size < maxMessageBytes || len(m.Calls) == 0); calls = calls[1:] {
+			size += proto.Size(calls[0])
+			m.Calls = append(m.Calls, calls[0])
+		}
+		if err := st.bidi.Send(m); err != nil {
+			if !errors.Is(err, io.EOF) {
+				st.fail(err)
+			} // else the stream ended: the reader learns why
+			return false
+		}
+	}
+	return true
 }
 
 // take returns what is to be sent: the pending calls, as many as may be
@@ -286,29 +398,56 @@ func (st *stream) take() (calls []*fencelockv1.Call, cancels []uint64, ping bool
 	return calls, cancels, ping
 }
 
-// read hands each result to its call until the stream breaks.
+// read is the stream's reader goroutine, which has the read turn: it
+// reads until the stream breaks, or, if calls may read for themselves,
+// until it has answered a lone call (none other out). Calls made together
+// keep it, and the writer: they go out together, and a call that found
+// the stream idle would go out alone.
 func (st *stream) read() {
 	for {
-		m, err := st.bidi.Receive()
-		if err != nil {
-			st.fail(err)
+		answered, err := st.readOne()
+		if err != nil || answered == 1 && st.selfRead != nil && st.leaveIfIdle() {
 			return
 		}
-		st.mu.Lock()
-		st.heard, st.pingAt = time.Now(), time.Time{}
-		st.out = max(st.out-len(m.Results), 0) // every call sent is answered once
-		for _, r := range m.Results {
-			if ch := st.calls[r.Id]; ch != nil {
-				delete(st.calls, r.Id)
-				ch <- r
-			}
-		}
-		held := len(st.pending) > 0 // calls waited for these answers
-		st.mu.Unlock()
-		if held {
-			st.signal()
+	}
+}
+
+// leaveIfIdle gives up the read turn if no call is out, and reports
+// whether it did.
+func (st *stream) leaveIfIdle() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.calls) > 0 {
+		return false
+	}
+	st.reading = false
+	return true
+}
+
+// readOne reads one message and hands each result to its call. It
+// returns how many calls it answered, or the error that broke the stream.
+func (st *stream) readOne() (answered int, err error) {
+	m, err := st.bidi.Receive()
+	if err != nil {
+		st.fail(err)
+		return 0, err
+	}
+	st.mu.Lock()
+	st.heard, st.pingAt = time.Now(), time.Time{}
+	st.out = max(st.out-len(m.Results), 0) // every call sent is answered once
+	for _, r := range m.Results {
+		if ch := st.calls[r.Id]; ch != nil {
+			delete(st.calls, r.Id)
+			ch <- r
+			answered++
 		}
 	}
+	held := len(st.pending) > 0 // calls waited for these answers
+	st.mu.Unlock()
+	if held {
+		st.signal()
+	}
+	return answered, nil
 }
 
 // watch runs on the stream's timer while calls are out. When the node has
@@ -334,6 +473,10 @@ func (st *stream) due(now time.Time) (ping, silent bool) {
 	switch {
 	case st.err != nil || len(st.calls) == 0:
 		st.watching, st.pingAt = false, time.Time{}
+		if st.err == nil && !st.reading {
+			st.reading = true // an idle stream's reader
+			go st.read()
+		}
 		return false, false
 	case !st.pingAt.IsZero():
 		left := pingTimeout - now.Sub(st.pingAt)

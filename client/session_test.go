@@ -127,16 +127,17 @@ func TestStream_PingsOnlyWhileCallsAreOut(t *testing.T) {
 // dropped after the writer took it is cancelled.
 func TestStream_DropBeforeSendSendsNothing(t *testing.T) {
 	t.Parallel()
-	st := &stream{wake: make(chan struct{}, 1), dead: make(chan struct{}), calls: make(map[uint64]chan *fencelockv1.Result)}
+	st := &stream{wake: make(chan struct{}, 1), dead: make(chan struct{}), calls: make(map[uint64]chan *fencelockv1.Result),
+		reading: true} // the test reads
 	st.timer = time.AfterFunc(time.Hour, func() {})
 	defer st.timer.Stop()
 	acquire := func() *fencelockv1.Call {
 		return &fencelockv1.Call{Op: &fencelockv1.Call_Acquire{Acquire: &fencelockv1.AcquireRequest{Name: "x"}}}
 	}
-	_, sent := st.add(acquire())
+	_, sent, _ := st.add(acquire())
 	st.pending = nil // the writer took it
-	_, kept := st.add(acquire())
-	_, dropped := st.add(acquire())
+	_, kept, _ := st.add(acquire())
+	_, dropped, _ := st.add(acquire())
 	st.drop(dropped)
 	st.drop(sent)
 	if len(st.pending) != 1 || st.pending[0].Id != kept {
@@ -165,7 +166,7 @@ func TestSession_AnsweredCallIsNotSentAgainWhenTheStreamIsLeft(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		n := newSessionNode(newConnectNode(http.DefaultClient, "http://127.0.0.1:1"), func() {}, newWSDialer("http://127.0.0.1:1", nil, ""))
 		st := &stream{bidi: idleCarrier{}, cancel: func() {}, wake: make(chan struct{}, 1), dead: make(chan struct{}),
-			calls: make(map[uint64]chan *fencelockv1.Result)}
+			calls: make(map[uint64]chan *fencelockv1.Result), reading: true} // the test reads
 		st.timer = time.AfterFunc(time.Hour, func() {})
 		st.timer.Stop()
 		n.cur = st
@@ -189,7 +190,7 @@ func TestSession_AnsweredCallIsNotSentAgainWhenTheStreamIsLeft(t *testing.T) {
 	}
 	st := &stream{dead: make(chan struct{}), calls: make(map[uint64]chan *fencelockv1.Result)}
 	st.err = errLeft
-	if ch, _ := st.add(&fencelockv1.Call{}); ch != nil || len(st.pending) != 0 {
+	if ch, _, _ := st.add(&fencelockv1.Call{}); ch != nil || len(st.pending) != 0 {
 		t.Error("a call was queued on a stream that had ended")
 	}
 }
@@ -229,13 +230,8 @@ func (e *echoCarrier) CloseResponse() error                           { return n
 // maxOut calls out; the stream fails when the test ends.
 func nodeOver(t *testing.T, b carrier, maxOut int) (*sessionNode, *stream) {
 	n := newSessionNode(newConnectNode(http.DefaultClient, "http://127.0.0.1:1"), func() {}, newWSDialer("http://127.0.0.1:1", nil, ""))
-	st := &stream{bidi: b, cancel: func() {}, wake: make(chan struct{}, 1), dead: make(chan struct{}),
-		calls: make(map[uint64]chan *fencelockv1.Result), maxOut: maxOut}
-	st.timer = time.AfterFunc(time.Hour, st.watch)
-	st.timer.Stop()
+	st := newStream(b, func() {}, maxOut)
 	n.cur = st
-	go st.write()
-	go st.read()
 	t.Cleanup(func() { st.fail(errors.New("test over")) })
 	return n, st
 }
@@ -317,5 +313,123 @@ func TestSession_ACallHeldBackDoesNotSilenceItsNode(t *testing.T) {
 	}
 	if err := <-errs; errors.Is(err, errHeldBack) || !sentEP.silent() {
 		t.Errorf("a call sent and not answered: %v, silent %v; want the node marked silent", err, sentEP.silent())
+	}
+}
+
+// streamOf returns the stream c has open to its one node.
+func streamOf(t *testing.T, c *Client) *stream {
+	t.Helper()
+	n := (*c.eps.Load())[0].node.(*sessionNode)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cur == nil {
+		t.Fatal("no stream open")
+	}
+	return n.cur
+}
+
+func readingNow(st *stream) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.reading
+}
+
+// TestStream_OneCallAtATimeIsCarriedByItsCaller: on a WebSocket, calls
+// made one at a time are read by their callers: once one returns, no
+// goroutine holds the stream's read turn. An idle stream gets a reader
+// of its own within pingAfter (it answers the node's pings, and notices
+// a stream the node closed).
+func TestStream_OneCallAtATimeIsCarriedByItsCaller(t *testing.T) {
+	t.Parallel()
+	srv := testproc.StartServer(t)
+	c := quietTestClient(t, srv.Addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pair := func() {
+		l, err := c.Acquire(ctx, "one-at-a-time")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair() // dials: its calls are read by a goroutine of the stream
+	st := streamOf(t, c)
+	self := 0
+	for range 20 {
+		pair()
+		if !readingNow(st) {
+			self++
+		}
+	}
+	// The idle stream's reader, from a watch that ran meanwhile, may hold
+	// the turn at a check or two.
+	if self < 15 {
+		t.Fatalf("after %d of 20 pairs of calls made one at a time, a goroutine held the read turn", 20-self)
+	}
+	if streamOf(t, c) != st {
+		t.Fatal("the calls opened another stream")
+	}
+	testproc.Eventually(t, "an idle stream has a reader", func() bool { return readingNow(st) })
+}
+
+// TestStream_AReadingCallEndsWithItsContext: a call that holds the read
+// turn returns when its context ends, long before its wait would, and
+// leaves the stream working: a call made meanwhile was answered through
+// it, and later calls go on the same stream.
+func TestStream_AReadingCallEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	srv := testproc.StartServer(t)
+	c := quietTestClient(t, srv.Addr, nil)
+	other := quietTestClient(t, srv.Addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held, err := other.Acquire(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	warm, err := c.Acquire(ctx, "warm") // dials
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := streamOf(t, c)
+	testproc.Eventually(t, "the warm-up's reader gave up the turn", func() bool { return !readingNow(st) })
+
+	waitCtx, stop := context.WithCancel(ctx)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(waitCtx, "held", WithWait(time.Minute))
+		waited <- err
+	}()
+	testproc.Eventually(t, "the waiting call reads", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.reading && st.out == 1
+	})
+	free, err := c.Acquire(ctx, "free") // answered through the waiting call's reading
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	stopped := time.Now()
+	select {
+	case err := <-waited:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the waiting acquire ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call reading its stream did not end with its context")
+	}
+	t.Logf("ended %v after its context", time.Since(stopped).Round(time.Millisecond))
+	if err := free.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if streamOf(t, c) != st {
+		t.Fatal("the end of a reading call's context broke its stream")
 	}
 }

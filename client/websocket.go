@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -49,8 +51,20 @@ func newWSDialer(base string, tlsConf *tls.Config, token string) *wsDialer {
 		tc = tlsConf.Clone()
 		tc.NextProtos = []string{"http/1.1"}
 	}
-	d := &websocket.Dialer{NetDialContext: dial,
-		TLSClientConfig: tc, HandshakeTimeout: 5 * time.Second, ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10}
+	d := &websocket.Dialer{HandshakeTimeout: 5 * time.Second, ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return newFrameConn(c), nil
+		}}
+	if tc != nil {
+		// The handshake is done here, so that the frameConn is above TLS.
+		d.NetDialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialTLS(ctx, network, addr, tc)
+		}
+	}
 	h := http.Header{}
 	if token != "" {
 		h.Set("Authorization", "Bearer "+token)
@@ -58,15 +72,38 @@ func newWSDialer(base string, tlsConf *tls.Config, token string) *wsDialer {
 	return &wsDialer{url: url, d: d, header: h}
 }
 
+// dialTLS opens a TLS connection to addr with conf, as gorilla/websocket
+// would, as a frameConn.
+func dialTLS(ctx context.Context, network, addr string, conf *tls.Config) (net.Conn, error) {
+	raw, err := dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if conf.ServerName == "" {
+		conf = conf.Clone()
+		conf.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	c := tls.Client(raw, conf)
+	if err := c.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return newFrameConn(c), nil
+}
+
 // wsCarrier is a stream on a WebSocket, dialed by whichever of Send and
 // Receive runs first. A node, or a proxy, that answers the upgrade without
 // upgrading fails it with errNoStreams: the client then makes unary calls.
+// Once dialed, a call's own goroutine may Wait for a message and Receive
+// it (see stream).
 type wsCarrier struct {
-	ctx  context.Context
-	dial *wsDialer
-	once sync.Once
-	c    *websocket.Conn
-	err  error
+	ctx    context.Context
+	dial   *wsDialer
+	once   sync.Once
+	c      *websocket.Conn
+	fc     *frameConn
+	err    error
+	dialed atomic.Bool // c and fc are set
 }
 
 func (w *wsCarrier) conn() (*websocket.Conn, error) {
@@ -82,6 +119,8 @@ func (w *wsCarrier) conn() (*websocket.Conn, error) {
 		}
 		if w.c != nil {
 			w.c.SetReadLimit(maxResponseBytes)
+			w.fc = w.c.NetConn().(*frameConn)
+			w.dialed.Store(true)
 		}
 	})
 	return w.c, w.err
@@ -111,6 +150,14 @@ func (w *wsCarrier) Receive() (*fencelockv1.SessionResponse, error) {
 	m := &fencelockv1.SessionResponse{}
 	return m, proto.Unmarshal(b, m)
 }
+
+// Dialed reports whether the WebSocket is open (or failed to open).
+func (w *wsCarrier) Dialed() bool { return w.dialed.Load() }
+
+// Wait waits until a whole message has come, so that Receive will not
+// wait, or until ctx ends. Only a goroutine that will Receive next may
+// call it, and only once Dialed.
+func (w *wsCarrier) Wait(ctx context.Context) error { return w.fc.wait(ctx) }
 
 func (w *wsCarrier) CloseRequest() error { return w.CloseResponse() }
 
