@@ -34,9 +34,14 @@ type frameConn struct {
 	buf      []byte // read and not handed on: buf[r:w]
 	r, w     int
 	err      error // the connection's read error, handed on once buf is empty
-	upgraded bool  // the answer to the upgrade was found: frames follow
+	upgraded bool  // the upgrade's answer was found, and was 101: frames follow
+	plain    bool  // the answer was not an upgrade: bytes are handed on as they come
 	left     int64 // bytes of the frame (or the upgrade's answer) being handed on
 }
+
+// errFrameTooLong: a frame longer than a message may be (gorilla refuses
+// the message anyway).
+var errFrameTooLong = errors.New("websocket: a frame longer than maxResponseBytes")
 
 func newFrameConn(c net.Conn) *frameConn {
 	return &frameConn{Conn: c, buf: make([]byte, minFrameBuf)}
@@ -63,20 +68,41 @@ func (c *frameConn) Read(p []byte) (int, error) {
 // of the current frame, once its header has come whole. Before the
 // upgrade it is the HTTP answer, once its header has come whole.
 func (c *frameConn) handable() int {
-	if c.left == 0 {
-		if !c.upgraded {
-			i := bytes.Index(c.buf[c.r:c.w], []byte("\r\n\r\n"))
-			if i < 0 {
-				return 0
-			}
-			c.left, c.upgraded = int64(i+4), true
-		} else if hl, pl, _, _, ok := frameHeader(c.buf[c.r:c.w]); ok {
-			c.left = int64(hl) + pl
-		} else {
+	switch {
+	case c.plain:
+		return c.w - c.r
+	case c.left > 0:
+	case !c.upgraded:
+		return c.answer()
+	default:
+		hl, pl, _, _, ok := frameHeader(c.buf[c.r:c.w])
+		switch {
+		case !ok:
+			return 0
+		case pl > maxResponseBytes:
+			c.err = errFrameTooLong
 			return 0
 		}
+		c.left = int64(hl) + pl
 	}
 	return int(min(c.left, int64(c.w-c.r)))
+}
+
+// answer is handable before the upgrade: the HTTP answer's header once
+// it has come whole, frames after it if it is 101 Switching Protocols.
+// Any other answer, or a header that does not fit the buffer, is handed
+// on as it comes.
+func (c *frameConn) answer() int {
+	i := bytes.Index(c.buf[c.r:c.w], []byte("\r\n\r\n"))
+	switch {
+	case i >= 0 && bytes.HasPrefix(c.buf[c.r:c.w], []byte("HTTP/1.1 101 ")):
+		c.left, c.upgraded = int64(i+4), true
+		return i + 4
+	case i >= 0 || c.w-c.r >= maxFrameBuf:
+		c.plain = true
+		return c.w - c.r
+	}
+	return 0
 }
 
 // ready reports whether gorilla would read a whole message (or a close,

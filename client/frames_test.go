@@ -176,3 +176,35 @@ func TestFrameConn_HandsOnOneFrameAtATime(t *testing.T) {
 		t.Fatal("ready with nothing left")
 	}
 }
+
+// TestFrameConn_RefusesWhatIsNoUpgrade: an answer other than 101 is
+// handed on as it comes (its body is no frames), and a frame longer than
+// a message may be is an error, not a panic.
+func TestFrameConn_RefusesWhatIsNoUpgrade(t *testing.T) {
+	t.Parallel()
+	read := func(stream string) (string, error) {
+		a, b := net.Pipe()
+		defer a.Close()
+		defer b.Close()
+		fc := newFrameConn(a)
+		go b.Write([]byte(stream))
+		var got []byte
+		p := make([]byte, 1024)
+		for len(got) < len(stream) {
+			n, err := fc.Read(p)
+			got = append(got, p[:n]...)
+			if err != nil {
+				return string(got), err
+			}
+		}
+		return string(got), nil
+	}
+	busy := "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 3\r\n\r\n\x82\x7f\xff"
+	if got, err := read(busy); err != nil || got != busy {
+		t.Errorf("a 503 answer: %q, %v; want all of it", got, err)
+	}
+	huge := "HTTP/1.1 101 Switching Protocols\r\n\r\n\x82\x7f\x7f\xff\xff\xff\xff\xff\xff\xff"
+	if _, err := read(huge); !errors.Is(err, errFrameTooLong) {
+		t.Errorf("a frame of 2^63 bytes: %v, want errFrameTooLong", err)
+	}
+}

@@ -252,11 +252,11 @@ func (st *stream) readFor(ctx context.Context, ch chan *fencelockv1.Result) (*fe
 func (st *stream) passTurn() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.reading = false
 	if len(st.calls) > 0 && st.err == nil {
-		st.reading = true
 		go st.read()
+		return
 	}
+	st.leaveTurnLocked()
 }
 
 // result is the outcome of answer r on st; a not_leader answer leaves st.
@@ -420,8 +420,19 @@ func (st *stream) leaveIfIdle() bool {
 	if len(st.calls) > 0 {
 		return false
 	}
-	st.reading = false
+	st.leaveTurnLocked()
 	return true
+}
+
+// leaveTurnLocked gives up the read turn of a stream with no call out,
+// and arms the watch, which gives the stream a reader if it stays idle
+// (a watch that ran while the turn was still held started none).
+func (st *stream) leaveTurnLocked() {
+	st.reading = false
+	if !st.watching && st.err == nil {
+		st.watching = true
+		st.timer.Reset(pingAfter)
+	}
 }
 
 // readOne reads one message and hands each result to its call. It

@@ -390,15 +390,25 @@ func TestStream_AReadingCallEndsWithItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(ctx)
-	warm, err := c.Acquire(ctx, "warm") // dials
-	if err != nil {
-		t.Fatal(err)
+	warm := func() {
+		l, err := c.Acquire(ctx, "warm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	warm() // dials
 	st := streamOf(t, c)
-	testproc.Eventually(t, "the warm-up's reader gave up the turn", func() bool { return !readingNow(st) })
+	// The test holds the watch off, so that no idle reader takes the turn;
+	// one that has is gone once it answered the next lone call.
+	st.mu.Lock()
+	st.timer.Stop()
+	st.watching = true
+	st.mu.Unlock()
+	warm()
+	testproc.Eventually(t, "no goroutine holds the read turn", func() bool { return !readingNow(st) })
 
 	waitCtx, stop := context.WithCancel(ctx)
 	waited := make(chan error, 1)
@@ -432,4 +442,29 @@ func TestStream_AReadingCallEndsWithItsContext(t *testing.T) {
 	if streamOf(t, c) != st {
 		t.Fatal("the end of a reading call's context broke its stream")
 	}
+}
+
+// TestStream_ALastReaderLeavingArmsTheWatch: a reader that gives up the
+// turn with no call out arms the stream's watch, which then gives the
+// idle stream a reader (a watch that ran while the turn was still held
+// started none).
+func TestStream_ALastReaderLeavingArmsTheWatch(t *testing.T) {
+	t.Parallel()
+	carrier := &silentCarrier{closed: make(chan struct{})}
+	st := newStream(carrier, func() {}, 8)
+	t.Cleanup(func() {
+		st.fail(errors.New("test over"))
+		close(carrier.closed)
+	})
+	st.mu.Lock()
+	st.reading = true // a caller read, and the watch ran meanwhile: disarmed
+	st.mu.Unlock()
+	st.passTurn()
+	st.mu.Lock()
+	watching := st.watching
+	st.mu.Unlock()
+	if !watching {
+		t.Fatal("the last reader left, and no watch is armed: the idle stream would get no reader")
+	}
+	testproc.Eventually(t, "the idle stream has a reader", func() bool { return readingNow(st) })
 }

@@ -151,7 +151,7 @@ func (w *wsCarrier) Receive() (*fencelockv1.SessionResponse, error) {
 	return m, proto.Unmarshal(b, m)
 }
 
-// Dialed reports whether the WebSocket is open (or failed to open).
+// Dialed reports whether the WebSocket is open.
 func (w *wsCarrier) Dialed() bool { return w.dialed.Load() }
 
 // Wait waits until a whole message has come, so that Receive will not
