@@ -3,11 +3,14 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"net"
 	"os"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/rawio"
 )
 
 // Bounds of a frameConn's buffer: it starts small (a client may hold
@@ -157,6 +160,22 @@ func frameHeader(b []byte) (hl int, pl int64, fin bool, op byte, ok bool) {
 		return 0, 0, false, 0, false
 	}
 	return hl, pl, b[0]&0x80 != 0, b[0] & 0x0f, true
+}
+
+// peerClosed reports, without waiting, whether the node has closed the
+// connection and nothing it sent before is left to read.
+func (c *frameConn) peerClosed() bool {
+	switch {
+	case c.err != nil:
+		return true
+	case c.r < c.w:
+		return false
+	}
+	raw := c.Conn
+	if tc, ok := raw.(*tls.Conn); ok {
+		raw = tc.NetConn()
+	}
+	return rawio.PeerClosed(raw)
 }
 
 // wait waits until ready, or until ctx ends (it returns ctx's error and

@@ -92,17 +92,19 @@ type stream struct {
 
 // selfReader is a carrier whose calls' goroutines may read: once Dialed,
 // Wait waits for a whole message, or until ctx ends and leaves the
-// carrier as it was.
+// carrier as it was. Closed tells, without waiting, that the node closed
+// it.
 type selfReader interface {
 	Dialed() bool
 	Wait(ctx context.Context) error
+	Closed() bool
 }
 
 // open returns the node's stream, opening one if none is.
 func (n *sessionNode) open() *stream {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.cur != nil && !n.cur.ended() {
+	if n.cur != nil && !n.cur.ended() && !n.cur.closedIdle() {
 		return n.cur
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -125,6 +127,22 @@ func newStream(bidi carrier, cancel context.CancelFunc, maxOut int) *stream {
 	st.timer.Stop()
 	go st.write()
 	return st
+}
+
+// errClosedIdle ends a stream the node closed while nobody read it.
+var errClosedIdle = errors.New("the node closed the stream while it was idle")
+
+// closedIdle reports whether the node closed the stream while nobody
+// read it (between a call and the idle stream's reader), and ends it if
+// so: a call is not sent into a closed socket, to fail as unanswered.
+func (st *stream) closedIdle() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.selfRead == nil || st.reading || len(st.calls) > 0 || !st.selfRead.Closed() {
+		return false
+	}
+	st.failLocked(errClosedIdle)
+	return true
 }
 
 // ended reports whether the stream has broken.

@@ -468,3 +468,41 @@ func TestStream_ALastReaderLeavingArmsTheWatch(t *testing.T) {
 	}
 	testproc.Eventually(t, "the idle stream has a reader", func() bool { return readingNow(st) })
 }
+
+// TestStream_AStreamClosedWhileIdleIsNotUsed: a call after the node
+// closed the stream while nobody read it (here: the node restarted, and
+// the test held off the idle stream's reader) goes on a new stream, and
+// does not mark the node silent.
+func TestStream_AStreamClosedWhileIdleIsNotUsed(t *testing.T) {
+	t.Parallel()
+	srv := testproc.StartServer(t)
+	c := quietTestClient(t, srv.Addr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pair := func() {
+		l, err := c.Acquire(ctx, "restart")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair()
+	st := streamOf(t, c)
+	st.mu.Lock()
+	st.timer.Stop()
+	st.watching = true // no idle reader from here on
+	st.mu.Unlock()
+	pair() // an idle reader that started before is gone after a lone call
+	testproc.Eventually(t, "nobody reads the idle stream", func() bool { return !readingNow(st) })
+	srv.Kill9()
+	srv.Start()
+	pair()
+	if streamOf(t, c) == st {
+		t.Fatal("the call went on the stream the node had closed")
+	}
+	if ep := (*c.eps.Load())[0]; ep.silent() {
+		t.Fatal("a stream closed while idle marked its node silent")
+	}
+}

@@ -154,6 +154,11 @@ func (w *wsCarrier) Receive() (*fencelockv1.SessionResponse, error) {
 // Dialed reports whether the WebSocket is open.
 func (w *wsCarrier) Dialed() bool { return w.dialed.Load() }
 
+// Closed reports, without waiting, whether the node closed the open
+// WebSocket and left nothing to read. Only a goroutine that could take
+// the stream's read turn, and keeps others from it, may call it.
+func (w *wsCarrier) Closed() bool { return w.dialed.Load() && w.fc.peerClosed() }
+
 // Wait waits until a whole message has come, so that Receive will not
 // wait, or until ctx ends. Only a goroutine that will Receive next may
 // call it, and only once Dialed.

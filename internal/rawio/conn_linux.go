@@ -183,3 +183,26 @@ func errno(err error) syscall.Errno {
 	}
 	return e
 }
+
+// PeerClosed reports, without waiting, whether c's peer has closed the
+// connection (or reset it) and nothing is left to read. It is false for
+// a connection that is not a socket.
+func PeerClosed(c net.Conn) bool {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	closed := false
+	var b [1]byte
+	if err := rc.Control(func(fd uintptr) {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		closed = n == 0 && err == nil || err != nil && err != syscall.EAGAIN && err != syscall.EINTR
+	}); err != nil {
+		return true
+	}
+	return closed
+}
