@@ -199,8 +199,8 @@ func PeerClosed(c net.Conn) bool {
 	closed := false
 	var b [1]byte
 	if err := rc.Control(func(fd uintptr) {
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		closed = n == 0 && err == nil || err != nil && err != syscall.EAGAIN && err != syscall.EINTR
+		n, e := sysPeek(fd, b[:])
+		closed = n == 0 && e == 0 || e != 0 && e != syscall.EAGAIN && e != syscall.EINTR
 	}); err != nil {
 		return true
 	}

@@ -36,3 +36,11 @@ func sysFdatasync(fd uintptr) syscall.Errno {
 	_, _, e := syscall.RawSyscall(syscall.SYS_FDATASYNC, fd, 0, 0)
 	return e
 }
+
+// sysPeek reads into p without taking the bytes off the socket, and
+// without waiting.
+func sysPeek(fd uintptr, p []byte) (int, syscall.Errno) {
+	n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)),
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	return int(n), e
+}

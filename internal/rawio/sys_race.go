@@ -20,3 +20,8 @@ func sysPwrite(fd uintptr, p []byte, off int64) (int, syscall.Errno) {
 }
 
 func sysFdatasync(fd uintptr) syscall.Errno { return errno(syscall.Fdatasync(int(fd))) }
+
+func sysPeek(fd uintptr, p []byte) (int, syscall.Errno) {
+	n, _, err := syscall.Recvfrom(int(fd), p, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return n, errno(err)
+}
