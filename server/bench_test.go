@@ -32,6 +32,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		oneLock bool
 	}{
 		{"clients=1", 1, false},
+		{"clients=8/own-locks", 8, false},
 		{"clients=64/own-locks", 64, false},
 		{"clients=64/one-lock", 64, true},
 	}
