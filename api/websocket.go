@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"google.golang.org/protobuf/proto"
 
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 )
@@ -83,7 +82,7 @@ func (ws *wsStream) Receive() (*fencelockv1.SessionRequest, error) {
 	}
 	ws.alive()
 	m := &fencelockv1.SessionRequest{}
-	if err := proto.Unmarshal(b, m); err != nil {
+	if err := m.UnmarshalVT(b); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -92,7 +91,7 @@ func (ws *wsStream) Receive() (*fencelockv1.SessionRequest, error) {
 // Send writes m, failing if the client has not taken it within the time
 // a silent client is given (it stopped reading: the session ends).
 func (ws *wsStream) Send(m *fencelockv1.SessionResponse) error {
-	b, err := proto.Marshal(m)
+	b, err := m.MarshalVT()
 	if err != nil {
 		return err
 	}

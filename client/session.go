@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/fencelock/fencelock"
 	"github.com/fencelock/fencelock/internal/wire"
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
@@ -385,7 +383,7 @@ func (st *stream) send() bool {
 		m := &fencelockv1.SessionRequest{Cancel: cancels, Ping: ping}
 		cancels, ping = nil, false
 		for size := 0; len(calls) > 0 && (size < maxMessageBytes || len(m.Calls) == 0); calls = calls[1:] {
-			size += proto.Size(calls[0])
+			size += calls[0].SizeVT()
 			m.Calls = append(m.Calls, calls[0])
 		}
 		if err := st.bidi.Send(m); err != nil {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"google.golang.org/protobuf/proto"
 
 	fencelockv1 "github.com/fencelock/fencelock/proto/fencelock/v1"
 )
@@ -131,7 +130,7 @@ func (w *wsCarrier) Send(m *fencelockv1.SessionRequest) error {
 	if err != nil {
 		return err
 	}
-	b, err := proto.Marshal(m)
+	b, err := m.MarshalVT()
 	if err != nil {
 		return err
 	}
@@ -148,7 +147,7 @@ func (w *wsCarrier) Receive() (*fencelockv1.SessionResponse, error) {
 		return nil, err
 	}
 	m := &fencelockv1.SessionResponse{}
-	return m, proto.Unmarshal(b, m)
+	return m, m.UnmarshalVT(b)
 }
 
 // Dialed reports whether the WebSocket is open.
