@@ -316,6 +316,18 @@ func TestSession_ACallHeldBackDoesNotSilenceItsNode(t *testing.T) {
 	}
 }
 
+// acquireRelease takes and releases lock name through c.
+func acquireRelease(t *testing.T, ctx context.Context, c *Client, name string) {
+	t.Helper()
+	l, err := c.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // streamOf returns the stream c has open to its one node.
 func streamOf(t *testing.T, c *Client) *stream {
 	t.Helper()
@@ -345,15 +357,7 @@ func TestStream_OneCallAtATimeIsCarriedByItsCaller(t *testing.T) {
 	c := quietTestClient(t, srv.Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pair := func() {
-		l, err := c.Acquire(ctx, "one-at-a-time")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pair := func() { acquireRelease(t, ctx, c, "one-at-a-time") }
 	pair() // dials: its calls are read by a goroutine of the stream
 	st := streamOf(t, c)
 	self := 0
@@ -390,15 +394,7 @@ func TestStream_AReadingCallEndsWithItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(ctx)
-	warm := func() {
-		l, err := c.Acquire(ctx, "warm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	warm := func() { acquireRelease(t, ctx, c, "warm") }
 	warm() // dials
 	st := streamOf(t, c)
 	// The test holds the watch off, so that no idle reader takes the turn;
@@ -479,15 +475,7 @@ func TestStream_AStreamClosedWhileIdleIsNotUsed(t *testing.T) {
 	c := quietTestClient(t, srv.Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	pair := func() {
-		l, err := c.Acquire(ctx, "restart")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pair := func() { acquireRelease(t, ctx, c, "restart") }
 	pair()
 	st := streamOf(t, c)
 	st.mu.Lock()
