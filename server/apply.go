@@ -34,6 +34,18 @@ func (s *Server) Apply(ctx context.Context, p fsm.Payload) (fsm.Result, error) {
 	}
 	cmd := fsm.Command{Now: s.clock.now(s.raft.CurrentTerm(), s.fsm.LastNow), Payload: p}
 	f := s.raft.Apply(cmd.Encode(), 0) // the slot is a place in Raft's queue: no wait
+	answered, err := s.await(ctx, timeout, f)
+	if !answered {
+		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(p), fencelock.ErrUnavailable, err)
+	}
+	return s.outcome(p, f, err, start)
+}
+
+// await waits for f, queued with a slot taken by enter, while ctx lasts
+// and until timeout (nil: never). answered reports whether f's outcome came
+// meanwhile; err is then f's error, else what ended the wait. The slot is
+// given back when f is answered, whoever still waits.
+func (s *Server) await(ctx context.Context, timeout <-chan struct{}, f raft.Future) (answered bool, err error) {
 	done := make(chan error, 1)
 	// The wait on the future has a goroutine of its own: on a one-thread
 	// node, the call readied straight from the FSM's goroutine would run
@@ -46,11 +58,11 @@ func (s *Server) Apply(ctx context.Context, p fsm.Payload) (fsm.Result, error) {
 	}()
 	select {
 	case err := <-done:
-		return s.outcome(p, f, err, start)
+		return true, err
 	case <-ctx.Done():
-		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(p), fencelock.ErrUnavailable, ctx.Err())
+		return false, ctx.Err()
 	case <-timeout:
-		return fsm.Result{}, fmt.Errorf("apply %s: %w: %w", opName(p), fencelock.ErrUnavailable, context.DeadlineExceeded)
+		return false, context.DeadlineExceeded
 	}
 }
 
@@ -96,13 +108,19 @@ func (s *Server) enter(ctx context.Context, timeout <-chan struct{}) error {
 }
 
 // barrier waits until every entry proposed before it is applied, through
-// a slot of s.slots, as a proposal.
+// a slot of s.slots, as a proposal, and as long as a proposal's wait lasts.
+// Errors: what ended the wait (ctx, the timeout, the node's close), wrapped
+// in ErrUnavailable; else Raft's (not the leader, leadership lost).
 func (s *Server) barrier(ctx context.Context) error {
-	if err := s.enter(ctx, s.bound(ctx, time.Now())); err != nil {
-		return err
+	timeout := s.bound(ctx, time.Now())
+	if err := s.enter(ctx, timeout); err != nil {
+		return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
 	}
-	defer func() { <-s.slots }()
-	return s.raft.Barrier(0).Error()
+	answered, err := s.await(ctx, timeout, s.raft.Barrier(0))
+	if !answered {
+		return fmt.Errorf("%w: %w", fencelock.ErrUnavailable, err)
+	}
+	return err
 }
 
 func (s *Server) outcome(op fsm.Payload, f raft.ApplyFuture, err error, start time.Time) (fsm.Result, error) {

@@ -154,3 +154,23 @@ func st0ID(t *testing.T, s *server.Server) string {
 	}
 	return st.ID
 }
+
+// A read waits for its barrier only as long as its caller does: a leader
+// that lost its quorum answers a read whose context ends before the leader
+// steps down with the context's end, not later with "not the leader".
+func TestDescribe_ReadBarrierEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	c := fencelocktest.StartCluster(t, 3)
+	leader := c.Leader()
+	for i, n := range c.Nodes {
+		if i != leader {
+			n.Close()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.Nodes[leader].Server.Describe(ctx, "no-quorum")
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, fencelock.ErrUnavailable) {
+		t.Fatalf("Describe on a leader without a quorum, context of 100ms: %v, want ErrUnavailable with the context's deadline", err)
+	}
+}

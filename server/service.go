@@ -420,15 +420,21 @@ func (s *Server) info(l fsm.Lock) fencelock.LockInfo {
 }
 
 // linearize waits until every entry committed before the call is applied
-// here and this node is still the leader, so a read reflects them.
+// here and this node is still the leader, so a read reflects them. It
+// waits as long as ctx lasts, and as a proposal's wait (Apply) lasts.
 func (s *Server) linearize(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := s.barrier(ctx); err != nil {
+	err := s.barrier(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, fencelock.ErrUnavailable):
+		return fmt.Errorf("read barrier: %w", err)
+	default:
 		return fmt.Errorf("read barrier: %v: %w", err, s.notLeader())
 	}
-	return nil
 }
 
 // Describe returns the named lock. Errors: ErrNotFound if nobody holds or
