@@ -24,7 +24,7 @@ import (
 // (Raft batches concurrent appends into few fsyncs). The node runs as in
 // bench/: Go code on one thread, warnings only in its log.
 //
-//	go test -run '^$' -bench AcquireRelease -benchtime 3000x ./server/
+//	go test -run '^$' -bench AcquireRelease -benchtime 10000x ./server/
 func BenchmarkAcquireRelease(b *testing.B) {
 	cells := []struct {
 		name    string
@@ -173,7 +173,7 @@ func BenchmarkRenew(b *testing.B) {
 // the FSM, without the API's transport. Compared with AcquireRelease in the
 // same run it shows what HTTP, Connect and a second process cost.
 //
-//	go test -run '^$' -bench ApplyInProcess -benchtime 3000x ./server/
+//	go test -run '^$' -bench ApplyInProcess -benchtime 10000x ./server/
 func BenchmarkApplyInProcess(b *testing.B) {
 	s := fencelocktest.StartNode(b).Server
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
