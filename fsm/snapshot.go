@@ -40,8 +40,9 @@ type snapshot struct {
 // applies entries, which waits meanwhile, so it copies only the lock table
 // and the members, under the lock. The dedupe window (the requests whose
 // grant ended in the last minute: hundreds of thousands on a busy node) is
-// captured as it stands, in constant time, and read by Persist, which
-// encodes everything on another goroutine while later entries apply.
+// captured as it stands, by its chunks' headers (no key is copied), and
+// read by Persist, which encodes everything on another goroutine while
+// later entries apply.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -178,8 +179,8 @@ func plainJSON(s []byte) bool {
 	return true
 }
 
-// Release lets go of the views of the windows (old arrays the windows have
-// outgrown stay in memory while a snapshot views them).
+// Release lets go of the views of the windows (chunks the windows have
+// pruned stay in memory while a snapshot views them).
 func (s *snapshot) Release() { s.reqs, s.exps = windowView{}, windowView{} }
 
 // Restore replaces the whole state with the snapshot's; it never merges.

@@ -53,7 +53,7 @@ const chunkSlots = 4096
 // slot is one key's outcome. Its key and name are its chunk's bytes
 // at..at+keyLen and the nameLen bytes after them.
 type slot struct {
-	at      uint32
+	at      uint64 // as wide as the slot has room for: a restored snapshot's keys are not bounded
 	keyLen  uint32
 	nameLen uint32
 	token   uint64
@@ -70,12 +70,12 @@ func newWindow() *window {
 func (w *window) len() int { return len(w.index) + len(w.clash) }
 
 func keyOf(b []byte, s *slot) []byte {
-	return b[s.at : s.at+s.keyLen]
+	return b[s.at : s.at+uint64(s.keyLen)]
 }
 
 func nameOf(b []byte, s *slot) []byte {
-	i := s.at + s.keyLen
-	return b[i : i+s.nameLen]
+	i := s.at + uint64(s.keyLen)
+	return b[i : i+uint64(s.nameLen)]
 }
 
 // at returns the slot of sequence number seq and its chunk's bytes.
@@ -163,9 +163,7 @@ func (w *window) put(key, name string, token uint64, now int64) {
 		n++
 	}
 	c := w.chunks[n-1]
-	// A chunk's bytes stay far below 4 GiB: keys and names are bounded
-	// (MaxNameLen, the request id's and the lease id's limits).
-	c.slots = append(c.slots, slot{at: uint32(len(c.bytes)), keyLen: uint32(len(key)), nameLen: uint32(len(name)), token: token, now: now})
+	c.slots = append(c.slots, slot{at: uint64(len(c.bytes)), keyLen: uint32(len(key)), nameLen: uint32(len(name)), token: token, now: now})
 	c.bytes = append(append(c.bytes, key...), name...)
 	seq = w.first + uint64((n-1)*w.per+len(c.slots)-1)
 	if !other {

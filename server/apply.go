@@ -41,8 +41,8 @@ func (s *Server) Apply(ctx context.Context, p fsm.Payload) (fsm.Result, error) {
 	return s.outcome(p, f, err, start)
 }
 
-// await waits for f, queued with a slot taken by enter, while ctx lasts
-// and until timeout (nil: never). answered reports whether f's outcome came
+// await waits for f, queued with a slot taken by enter, while ctx lasts,
+// until timeout (nil: never) and until the node closes. answered reports whether f's outcome came
 // meanwhile; err is then f's error, else what ended the wait. The slot is
 // given back when f is answered, whoever still waits.
 func (s *Server) await(ctx context.Context, timeout <-chan struct{}, f raft.Future) (answered bool, err error) {
@@ -63,6 +63,8 @@ func (s *Server) await(ctx context.Context, timeout <-chan struct{}, f raft.Futu
 		return false, ctx.Err()
 	case <-timeout:
 		return false, context.DeadlineExceeded
+	case <-s.ctx.Done(): // hashicorp/raft leaves unanswered what it queues as it stops
+		return false, raft.ErrRaftShutdown
 	}
 }
 
