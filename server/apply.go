@@ -47,10 +47,11 @@ func (s *Server) Apply(ctx context.Context, p fsm.Payload) (fsm.Result, error) {
 // given back when f is answered, whoever still waits.
 func (s *Server) await(ctx context.Context, timeout <-chan struct{}, f raft.Future) (answered bool, err error) {
 	done := make(chan error, 1)
-	// The wait on the future has a goroutine of its own: on a one-thread
-	// node, the call readied straight from the FSM's goroutine would run
-	// before Raft's leader loop, and the log's appends carry far fewer
-	// entries (docs/ARCHITECTURE.md).
+	// The wait on the future has a goroutine of its own, also for the
+	// order it gives a one-thread node: the proposal readied Raft's leader
+	// loop to run next; the new goroutine takes that place, so the calls
+	// already read propose before the loop appends, and an append carries
+	// them all (docs/ARCHITECTURE.md).
 	go func() {
 		err := f.Error()
 		<-s.slots
