@@ -359,7 +359,7 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 func (s *Server) becomeReady(epoch uint64) {
 	for {
 		err := s.barrier(s.ctx)
-		if s.leases.currentEpoch() != epoch || s.raft.State() != raft.Leader {
+		if s.ctx.Err() != nil || s.leases.currentEpoch() != epoch || s.raft.State() != raft.Leader {
 			return
 		}
 		if err == nil {
