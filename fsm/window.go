@@ -40,8 +40,8 @@ type window struct {
 	drops uint64 // slots marked died so far
 }
 
-// chunk is per slots in sequence, the last chunk filling up, and their keys
-// and names.
+// chunk is a window's next per slots in sequence (the last chunk fills
+// up), with their keys and names.
 type chunk struct {
 	slots []slot // never longer than its capacity, per
 	bytes []byte

@@ -42,9 +42,10 @@ func (s *Server) Apply(ctx context.Context, p fsm.Payload) (fsm.Result, error) {
 }
 
 // await waits for f, queued with a slot taken by enter, while ctx lasts,
-// until timeout (nil: never) and until the node closes. answered reports whether f's outcome came
-// meanwhile; err is then f's error, else what ended the wait. The slot is
-// given back when f is answered, whoever still waits.
+// until timeout (nil: never) and until the node closes. answered reports
+// whether f's outcome came meanwhile; err is then f's error, else what
+// ended the wait. The slot is given back when f is answered, whoever still
+// waits.
 func (s *Server) await(ctx context.Context, timeout <-chan struct{}, f raft.Future) (answered bool, err error) {
 	done := make(chan error, 1)
 	// The wait on the future has a goroutine of its own, also for the
