@@ -165,10 +165,16 @@ func (id LeaseID) Validate() error {
 	if len(id) != 32 {
 		return fmt.Errorf("lease id must be 32 hex digits, got %d characters: %w", len(id), ErrInvalidArgument)
 	}
-	if _, err := hex.DecodeString(string(id)); err != nil {
-		return fmt.Errorf("lease id is not hex: %w", ErrInvalidArgument)
+	for i := 0; i < len(id); i++ {
+		if !isHex(id[i]) {
+			return fmt.Errorf("lease id is not hex: %w", ErrInvalidArgument)
+		}
 	}
 	return nil
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 // Grant is what a successful Acquire returns: the lock, its fencing token,

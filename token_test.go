@@ -31,6 +31,15 @@ func TestValidate(t *testing.T) {
 		{"an empty request id", func() error { return fencelock.ValidateRequestID("") }, fencelock.ErrInvalidArgument},
 		{"a request id with a zero byte", func() error { return fencelock.ValidateRequestID("a\x00b") }, fencelock.ErrInvalidArgument},
 		{"a request id over the limit", func() error { return fencelock.ValidateRequestID(strings.Repeat("r", fencelock.MaxRequestIDLen+1)) }, fencelock.ErrInvalidArgument},
+		{"a new lease id", func() error { return fencelock.NewLeaseID().Validate() }, nil},
+		{"a lease id in capitals", func() error { return fencelock.LeaseID(strings.Repeat("AF09", 8)).Validate() }, nil},
+		{"a short lease id", func() error { return fencelock.LeaseID(strings.Repeat("a", 31)).Validate() }, fencelock.ErrInvalidArgument},
+		{"a long lease id", func() error { return fencelock.LeaseID(strings.Repeat("a", 33)).Validate() }, fencelock.ErrInvalidArgument},
+		{"a lease id with a letter past f", func() error { return fencelock.LeaseID(strings.Repeat("a", 31) + "g").Validate() }, fencelock.ErrInvalidArgument},
+		{"a lease id with a character before 0", func() error { return fencelock.LeaseID("/" + strings.Repeat("a", 31)).Validate() }, fencelock.ErrInvalidArgument},
+		{"a lease id with a character after 9", func() error {
+			return fencelock.LeaseID(strings.Repeat("a", 16) + ":" + strings.Repeat("a", 15)).Validate()
+		}, fencelock.ErrInvalidArgument},
 	}
 	for _, tt := range tests {
 		err := tt.check()
